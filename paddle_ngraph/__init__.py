@@ -1,0 +1,24 @@
+"""paddle_ngraph: data-parallel training of PaddlePaddle static programs on CPU clusters.
+
+A transpiler turns a Paddle program (legacy ProgramDesc or PIR) into a graph IR
+function; passes insert AllReduce after the gradients; backends execute it on
+every rank over MPI or oneCCL.
+"""
+from . import backends, errors, ir  # noqa: F401
+from .api import convert, unsupported_ops
+from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, ProgramFileError,
+                     SerializationError, TransportError, UnsupportedOpsError, ValidationError)
+
+__version__ = "0.1.0"
+
+
+def transpile(program, backend: str = "INTERPRETER", **options):
+    """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""
+    from .transpiler import transpile as _transpile
+
+    return _transpile(program, backend=backend, **options)
+
+
+__all__ = ["convert", "unsupported_ops", "transpile", "NgraphError", "ValidationError", "ConversionError",
+           "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
+           "ConfigError", "__version__"]

@@ -1,0 +1,46 @@
+"""The backend interface, after nGraph's runtime::Backend.
+
+``Backend.compile(function) -> Executable``; ``Executable.call(inputs) -> outputs``.
+Inputs are given in the order of ``function.parameters`` and outputs are returned
+in the order of ``function.results``. Backends register under an upper-case name.
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..ir import Function
+
+_BACKENDS: dict[str, type["Backend"]] = {}
+
+
+def register_backend(name: str):
+    def decorate(cls):
+        _BACKENDS[name.upper()] = cls
+        cls.name = name.upper()
+        return cls
+    return decorate
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str, **options) -> "Backend":
+    key = str(name).upper()
+    if key not in _BACKENDS:
+        raise ConfigError(f"unknown backend '{name}'; available: {', '.join(available_backends())}")
+    return _BACKENDS[key](**options)
+
+
+class Executable:
+    function: Function
+
+    def call(self, inputs: list, transport=None) -> list:
+        """Runs one step. ``transport`` serves the collective nodes (None: one process)."""
+        raise NotImplementedError
+
+
+class Backend:
+    name = "BASE"
+
+    def compile(self, function: Function) -> Executable:
+        raise NotImplementedError

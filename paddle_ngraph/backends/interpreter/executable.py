@@ -1,0 +1,69 @@
+"""Runs a function node by node, like torch.fx's Interpreter.
+
+Values are freed after their last use, and every failure is re-raised naming
+the node being executed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ExecutionError, NgraphError
+from ...ir import Function
+from ...ir.ops.core import Parameter
+from ..base import Backend, Executable, register_backend
+from .kernels import KERNELS
+
+
+class InterpreterExecutable(Executable):
+    def __init__(self, function: Function):
+        self.function = function
+        self.nodes = [n for n in function.ordered_nodes() if not isinstance(n, Parameter)]
+        missing = sorted({n.op_type for n in self.nodes if n.op_type not in KERNELS})
+        if missing:
+            raise ExecutionError(f"INTERPRETER has no kernel for op type(s): {', '.join(missing)}")
+        self.param_index = {p.id: i for i, p in enumerate(function.parameters)}
+        # Last position at which each node's outputs are read; results are kept to the end.
+        last_use: dict[int, int] = {}
+        for pos, node in enumerate(self.nodes):
+            for inp in node.inputs:
+                last_use[inp.node.id] = pos
+        for out in function.results.values():
+            last_use[out.node.id] = len(self.nodes)
+        self.free_after: list[list[int]] = [[] for _ in self.nodes]
+        for node_id, pos in last_use.items():
+            if pos < len(self.nodes):
+                self.free_after[pos].append(node_id)
+
+    def call(self, inputs, transport=None):
+        params = self.function.parameters
+        if len(inputs) != len(params):
+            raise ExecutionError(f"function '{self.function.name}' takes {len(params)} inputs, got {len(inputs)}")
+        values: dict[int, list] = {}
+        for p, value in zip(params, inputs):
+            values[p.id] = [value]
+        for pos, node in enumerate(self.nodes):
+            args = [values[i.node.id][i.index] for i in node.inputs]
+            try:
+                outs = KERNELS[node.op_type](node, args, transport)
+            except NgraphError as e:
+                if node.name in str(e):
+                    raise
+                raise type(e)(f"while executing node '{node.name}' ({node.op_type}): {e}") from e
+            except Exception as e:  # a kernel bug or bad data: name the node
+                shapes = ", ".join(f"{np.shape(a)}" for a in args)
+                raise ExecutionError(
+                    f"while executing node '{node.name}' ({node.op_type}) on inputs of shapes {shapes}: "
+                    f"{type(e).__name__}: {e}") from e
+            values[node.id] = outs
+            for node_id in self.free_after[pos]:
+                values.pop(node_id, None)
+        return [values[o.node.id][o.index] for o in self.function.results.values()]
+
+
+@register_backend("INTERPRETER")
+class InterpreterBackend(Backend):
+    def __init__(self, **options):
+        self.options = options
+
+    def compile(self, function: Function) -> InterpreterExecutable:
+        return InterpreterExecutable(function)

@@ -1,0 +1,51 @@
+"""The typed errors of paddle_ngraph.
+
+Every error names what it is about: the op, the variable, the file or the rank.
+They share one base class so that a caller can catch everything we raise.
+"""
+
+
+class NgraphError(Exception):
+    """Base class of every error paddle_ngraph raises on purpose."""
+
+
+class ValidationError(NgraphError):
+    """A graph node whose inputs or attributes are invalid; names the node."""
+
+
+class ConversionError(NgraphError):
+    """A Paddle op that could not be converted; names the op and its location."""
+
+
+class UnsupportedOpsError(ConversionError):
+    """One or more Paddle op types have no converter. Lists all of them at once."""
+
+    def __init__(self, unsupported):
+        self.unsupported = list(unsupported)
+        lines = [f"{len(self.unsupported)} unsupported Paddle op type(s):"]
+        for entry in self.unsupported:
+            lines.append(
+                f"  {entry['op_type']} x{entry['count']}, first at block {entry['block']} "
+                f"op {entry['op_index']} (outputs: {', '.join(entry['outputs']) or '-'})"
+            )
+        super().__init__("\n".join(lines))
+
+
+class ProgramFileError(NgraphError):
+    """A saved program that cannot be read; names the file and what is wrong."""
+
+
+class SerializationError(NgraphError):
+    """An IR JSON document that cannot be read back."""
+
+
+class ExecutionError(NgraphError):
+    """A failure while executing a node; names the node."""
+
+
+class TransportError(NgraphError):
+    """A collective that failed; names the rank, tensor and dtype."""
+
+
+class ConfigError(NgraphError):
+    """Bad configuration; lists the valid choices."""

@@ -1,0 +1,46 @@
+"""The Paddle frontend: decoders for both IRs, one converter table, the conversion session."""
+from __future__ import annotations
+
+import os
+
+from ..errors import ProgramFileError
+from . import legacy_decoder, pir_decoder
+from .op_table import OP_TABLE, SKIPPED_OPS
+from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo
+from .session import FETCH_PREFIX, STATE_PREFIX, ConversionSession, find_unsupported
+
+__all__ = ["decode", "OP_TABLE", "SKIPPED_OPS", "ProgramView", "OpView", "VarInfo", "ConversionSession",
+           "find_unsupported", "forward_sinks", "FETCH_PREFIX", "STATE_PREFIX"]
+
+
+def _is_pir_program(program) -> bool:
+    import paddle
+
+    return isinstance(program, paddle.pir.Program)
+
+
+def decode(program) -> ProgramView:
+    """A ``ProgramView`` of a legacy Program, a PIR Program, or a saved program file."""
+    if isinstance(program, ProgramView):
+        return program
+    if isinstance(program, (str, os.PathLike)):
+        path = os.fspath(program)
+        if not os.path.exists(path):
+            raise ProgramFileError(f"{path}: no such file")
+        if path.endswith(".json"):
+            return pir_decoder.decode_file(path)
+        return legacy_decoder.decode_file(path)
+    if _is_pir_program(program):
+        return pir_decoder.decode_program(program)
+    import paddle
+
+    if isinstance(program, paddle.base.framework.Program):
+        return legacy_decoder.decode_program(program)
+    raise TypeError(f"expected a Paddle Program, a PIR Program or a path, got {type(program).__name__}")
+
+
+def forward_sinks(view: ProgramView) -> list[OpView]:
+    """Forward ops none of whose outputs another forward op reads: the loss, metrics, predictions."""
+    forward = [op for op in view.ops if op.role == FORWARD and op.type not in SKIPPED_OPS]
+    read_by_forward = {n for op in forward for n in op.input_names()}
+    return [op for op in forward if op.output_names() and not any(n in read_by_forward for n in op.output_names())]

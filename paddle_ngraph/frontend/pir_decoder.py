@@ -1,0 +1,188 @@
+"""Decoder for PIR programs (Paddle 3's default, and saved ``.json`` programs).
+
+PIR values have no names; we name them after what defines them: ``pd_op.data``
+by its ``name``, ``builtin.parameter`` by its ``parameter_name``, other results
+``%<op index>.<output slot>``. Outputs of in-place ops (``adam_``'s
+``param_out``) take the name of the input they update (``param``).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import ProgramFileError
+from ..ir.types import DType
+from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize
+
+_BOOKKEEPING_ATTRS = {"op_callstack", "stop_gradient", "struct_name", "place", "persistable",
+                      "op_role", "chunk_id", "op_namescope"}
+_SOURCE_OPS = {"pd_op.data", "builtin.parameter"}
+
+
+def _dtype(value) -> DType | None:
+    try:
+        return DType.parse(str(value.dtype).replace("paddle.", ""))
+    except (ValueError, TypeError, AttributeError, RuntimeError):
+        return None
+
+
+def _is_inplace(op_name: str) -> bool:
+    return op_name.endswith("_") and not op_name.endswith("__")
+
+
+def _roles(ops) -> list[str]:
+    """Forward ops precede the backward region, which starts at the loss-gradient seed.
+
+    PIR ops carry no op_role. Paddle's append_backward appends the seed
+    ``full_like(loss, full(1.0))`` and then the ``*_grad`` ops, so the backward
+    region starts at the first ``*_grad`` op, or at the ``full``/``full_like``
+    ops feeding only backward ops just before it.
+    """
+    n = len(ops)
+    first_grad = next((i for i, op in enumerate(ops) if op.name().endswith("_grad")), None)
+    roles = []
+    for i, op in enumerate(ops):
+        name = op.name()
+        if _is_inplace(name) and name != "pd_op.data":
+            roles.append(OPTIMIZE)
+        elif first_grad is not None and i >= first_grad:
+            roles.append(BACKWARD)
+        else:
+            roles.append(FORWARD)
+    if first_grad is not None:
+        # Walk back over the seed: full_like/full ops whose results feed only backward ops.
+        i = first_grad - 1
+        while i >= 0 and ops[i].name() in ("pd_op.full_like", "pd_op.full"):
+            users = [u for r in ops[i].results() if r.initialized() for u in r.all_used_ops()]
+            if users and all(u.name().endswith("_grad") or u.name() in ("pd_op.full_like",) for u in users):
+                roles[i] = BACKWARD
+                i -= 1
+            else:
+                break
+    assert len(roles) == n
+    return roles
+
+
+def decode_program(program, source: str = "<pir program>") -> ProgramView:
+    names: dict[str, str] = {}
+    variables: dict[str, VarInfo] = {}
+    ops_out = []
+    block_ops = list(program.global_block().ops)
+    roles = _roles(block_ops)
+
+    def value_name(value) -> str | None:
+        if value is None or not value.initialized():
+            return None
+        return names.get(value.id)
+
+    for index, op in enumerate(block_ops):
+        op_name = op.name()
+        view = OpView(type=op_name, block=0, index=index, role=roles[index], native=op)
+        in_slots, out_slots = _slot_names(op)
+        operands = op.operands_source()
+        if len(in_slots) != len(operands):
+            in_slots = [f"input{i}" for i in range(len(operands))]
+        for slot, value in zip(in_slots, operands):
+            key = normalize(slot)
+            view.slot_names[key] = slot
+            view.inputs[key] = _names_of(value, value_name, names)
+        results = op.results()
+        if len(out_slots) != len(results):
+            out_slots = [f"out{i}" if i else "out" for i in range(len(results))]
+        for slot, value in zip(out_slots, results):
+            key = normalize(slot)
+            view.slot_names[key] = slot
+            if not value.initialized():
+                view.outputs[key] = [None]
+                continue
+            name = _result_name(op, op_name, index, slot, key, view)
+            names[value.id] = name
+            view.outputs[key] = [name]
+            if name not in variables:
+                variables[name] = _var_info(op, op_name, name, value)
+        for attr, value in op.attrs().items():
+            if attr not in _BOOKKEEPING_ATTRS:
+                view.attrs[normalize(attr)] = value
+        ops_out.append(view)
+    return ProgramView(ir="pir", ops=ops_out, vars=variables, source=source, native=program, value_names=names)
+
+
+def _slot_names(op) -> tuple[list, list]:
+    # Builtin ops (parameter, combine, shadow_output) have no yaml info and no slot names.
+    try:
+        return list(op.get_input_names()), list(op.get_output_names())
+    except (ValueError, RuntimeError):
+        return [], []
+
+
+def _names_of(value, value_name, names) -> list:
+    """A ``builtin.combine`` result stands for the list of its operands."""
+    if value is None or not value.initialized():
+        return [None]
+    op = value.get_defining_op()
+    if op is not None and op.name() == "builtin.combine":
+        return [value_name(v) for v in op.operands_source()]
+    return [value_name(value)]
+
+
+def _result_name(op, op_name, index, slot, key, view) -> str:
+    attrs = op.attrs()
+    if op_name == "pd_op.data":
+        return str(attrs["name"])
+    if op_name == "builtin.parameter":
+        return str(attrs["parameter_name"])
+    if _is_inplace(op_name) and key.endswith("out") and key[:-3] in view.inputs:
+        aliased = view.inputs[key[:-3]]
+        if aliased and aliased[0]:
+            return aliased[0]
+    return f"%{index}.{slot}"
+
+
+def _var_info(op, op_name, name, value) -> VarInfo:
+    attrs = op.attrs()
+    try:
+        shape = tuple(int(d) for d in value.shape)
+    except (ValueError, TypeError, RuntimeError, AttributeError):
+        shape = ()
+    is_param = op_name == "builtin.parameter"
+
+    def flag(key, default=False):
+        v = attrs.get(key, default)
+        return bool(v[0] if isinstance(v, list) and v else v)
+
+    return VarInfo(
+        name=name, dtype=_dtype(value), shape=shape,
+        persistable=bool(getattr(value, "persistable", False)) or is_param or flag("persistable"),
+        is_parameter=is_param, trainable=flag("trainable", True) if is_param else False,
+        is_data=op_name == "pd_op.data" and not flag("persistable"),
+        is_distributed=flag("is_distributed"),
+    )
+
+
+def load_program_file(path: str):
+    """Reads a PIR program saved as JSON; any failure is one line naming the file."""
+    import paddle
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProgramFileError(f"{path}: cannot read: {e.strerror}") from None
+    # Validate before handing the file to Paddle, whose reader aborts on some bad input.
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProgramFileError(f"{path}: not a PIR program (invalid JSON: {e.__class__.__name__}; truncated?)") from None
+    if not isinstance(doc, dict) or "program" not in doc and "base_code" not in doc:
+        raise ProgramFileError(f"{path}: JSON document is not a serialized PIR program (no 'program' or 'base_code' key)")
+    program = paddle.static.Program()
+    try:
+        paddle.base.core.deserialize_pir_program(path, program, -1)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ProgramFileError(f"{path}: Paddle could not load this PIR program: {first}") from None
+    return program
+
+
+def decode_file(path: str) -> ProgramView:
+    return decode_program(load_program_file(path), source=os.path.abspath(path))

@@ -1,0 +1,75 @@
+"""One view of a Paddle program, whichever IR it came from.
+
+Both decoders produce ``ProgramView``: ops with slot-keyed input and output
+variable names and attributes, and variable metadata. Slot and attribute names
+are normalized (lower case, no underscores, ``@GRAD`` -> ``grad``) so that one
+converter reads legacy ``X@GRAD``/``Moment1Out`` and PIR ``x_grad``/``moment1_out``
+alike. In-place outputs of PIR ops (``param_out`` of ``adam_``) are named after
+the variable they update, exactly as legacy programs name them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.types import DType
+
+FORWARD, BACKWARD, OPTIMIZE = "forward", "backward", "optimize"
+
+
+def normalize(name: str) -> str:
+    return name.lower().replace("@grad", "grad").replace("_", "")
+
+
+@dataclass
+class VarInfo:
+    name: str
+    dtype: DType | None
+    shape: tuple
+    persistable: bool = False
+    is_parameter: bool = False
+    trainable: bool = True
+    is_data: bool = False
+    is_distributed: bool = False
+
+
+@dataclass
+class OpView:
+    type: str
+    block: int
+    index: int
+    role: str
+    inputs: dict = field(default_factory=dict)   # normalized slot -> list of var names (None: absent)
+    outputs: dict = field(default_factory=dict)  # normalized slot -> list of var names (None: absent)
+    attrs: dict = field(default_factory=dict)    # normalized name -> value
+    slot_names: dict = field(default_factory=dict)  # normalized -> original spelling
+    native: object = None                        # the decoder's own op object
+
+    def input_names(self) -> list[str]:
+        return [n for names in self.inputs.values() for n in names if n]
+
+    def output_names(self) -> list[str]:
+        return [n for names in self.outputs.values() for n in names if n]
+
+    def location(self) -> str:
+        return f"op '{self.type}' (block {self.block}, op {self.index}, outputs {', '.join(self.output_names()) or '-'})"
+
+
+@dataclass
+class ProgramView:
+    ir: str                                   # "legacy" or "pir"
+    ops: list                                 # OpView, in program order, block 0 first
+    vars: dict                                # name -> VarInfo
+    source: str = "<program>"
+    native: object = None                     # the Paddle program, when decoded from one
+    value_names: dict = field(default_factory=dict)  # PIR: Value.id -> our name
+
+    def name_of(self, handle) -> str:
+        """Our name for what a user holds: a legacy Variable, a PIR Value, or a name."""
+        if isinstance(handle, str):
+            return handle
+        if self.ir == "pir":
+            try:
+                return self.value_names[handle.id]
+            except (KeyError, AttributeError):
+                raise KeyError(f"value {handle!r} is not defined in this program") from None
+        return handle.name

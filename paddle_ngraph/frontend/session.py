@@ -1,0 +1,88 @@
+"""Converts a ``ProgramView`` (or part of it) into an IR ``Function``.
+
+Variables not produced by a converted op become function parameters: feeds
+(``role="feed"``), trainable parameters (``"parameter"``) and other persistable
+state (``"state"``: optimizer moments, learning rate). Persistable variables
+that the converted ops update are returned as ``state:<name>`` results.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..errors import ConversionError, UnsupportedOpsError
+from ..ir import Function, Output
+from ..ir.ops.core import Parameter
+from .node_context import NodeContext
+from .op_table import OP_TABLE, SKIPPED_OPS
+from .program_view import ProgramView
+
+STATE_PREFIX = "state:"
+FETCH_PREFIX = "fetch:"
+
+
+def find_unsupported(view: ProgramView, ops=None) -> list[dict]:
+    counts: Counter = Counter()
+    first: dict[str, object] = {}
+    for op in view.ops if ops is None else ops:
+        if op.type in OP_TABLE or op.type in SKIPPED_OPS:
+            continue
+        counts[op.type] += 1
+        first.setdefault(op.type, op)
+    return [{"op_type": t, "count": counts[t], "block": first[t].block, "op_index": first[t].index,
+             "outputs": first[t].output_names()} for t in sorted(counts, key=lambda t: (first[t].block, first[t].index))]
+
+
+class ConversionSession:
+    def __init__(self, view: ProgramView):
+        self.view = view
+        self.env: dict[str, Output] = {}
+        self.parameters: list[Parameter] = []
+        self.initial: dict[str, Parameter] = {}
+
+    # --- values ---------------------------------------------------------------------------
+    def value(self, name: str, ctx: NodeContext | None = None) -> Output:
+        if name in self.env:
+            return self.env[name]
+        info = self.view.vars.get(name)
+        if info is None or info.dtype is None:
+            where = f"{ctx.op.location()}: " if ctx else ""
+            raise ConversionError(f"{where}variable '{name}' is read before any op defines it, and the program declares no type for it")
+        role = "parameter" if info.is_parameter else "state" if info.persistable else "feed"
+        shape = info.shape
+        param = Parameter(name=name, dtype=info.dtype, shape=shape, role=role)
+        self.parameters.append(param)
+        self.initial[name] = param
+        self.env[name] = param.output()
+        return self.env[name]
+
+    def bind(self, name: str, value: Output, ctx: NodeContext):
+        if not isinstance(value, Output):
+            raise ctx.fail(f"converter bound {type(value).__name__} to output '{name}'")
+        self.env[name] = value
+
+    # --- conversion ------------------------------------------------------------------------
+    def convert_ops(self, ops):
+        unsupported = find_unsupported(self.view, ops)
+        if unsupported:
+            raise UnsupportedOpsError(unsupported)
+        for op in ops:
+            if op.type in SKIPPED_OPS:
+                continue
+            ctx = NodeContext(op, self)
+            try:
+                OP_TABLE[op.type](ctx)
+            except ConversionError:
+                raise
+            except Exception as e:  # includes ValidationError of the nodes the converter built
+                raise ConversionError(f"{op.location()}: {type(e).__name__}: {e}") from e
+
+    def function(self, fetch: list[str], name: str = "function") -> Function:
+        results: dict[str, Output] = {}
+        for var in fetch:
+            results[FETCH_PREFIX + var] = self.value(var)
+        for var, value in self.env.items():
+            info = self.view.vars.get(var)
+            unchanged = var in self.initial and value.node is self.initial[var]
+            if info is not None and info.persistable and not unchanged:
+                results[STATE_PREFIX + var] = value
+        return Function(self.parameters, results, name=name)

@@ -1,0 +1,79 @@
+"""``Function``: the unit the transpiler produces and the backends compile.
+
+A function has ordered parameters (the graph inputs), named results, and the
+nodes between them in a topological order derived from the results.
+"""
+from __future__ import annotations
+
+from ..errors import ValidationError
+from .node import Node, Output
+from .ops.core import Parameter
+
+
+class Function:
+    def __init__(self, parameters: list[Parameter], results: dict[str, Output], name: str = "function"):
+        self.name = name
+        self.parameters = list(parameters)
+        self.results = dict(results)
+        for p in self.parameters:
+            if not isinstance(p, Parameter):
+                raise ValidationError(f"function '{name}': parameter {p!r} is not a Parameter node")
+        names = [p.name for p in self.parameters]
+        if len(set(names)) != len(names):
+            raise ValidationError(f"function '{name}': duplicate parameter names")
+        self._check_closed()
+
+    # --- structure ---------------------------------------------------------------
+    def ordered_nodes(self) -> list[Node]:
+        """Every node reachable from the results or parameters, inputs before users.
+
+        Ties keep creation order (node ids), so that the order is deterministic and
+        the same on every rank for the same program.
+        """
+        seen: set[int] = set()
+        order: list[Node] = []
+        roots = sorted({o.node for o in self.results.values()} | set(self.parameters), key=lambda n: n.id)
+        for root in roots:
+            stack = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    order.append(node)
+                    continue
+                if node.id in seen:
+                    continue
+                seen.add(node.id)
+                stack.append((node, True))
+                for inp in sorted({i.node for i in node.inputs}, key=lambda n: -n.id):
+                    if inp.id not in seen:
+                        stack.append((inp, False))
+        return order
+
+    def _check_closed(self):
+        params = {p.id for p in self.parameters}
+        for node in self.ordered_nodes():
+            if isinstance(node, Parameter) and node.id not in params:
+                raise ValidationError(
+                    f"function '{self.name}': node '{node.name}' is a Parameter that is not "
+                    f"among the function's parameters"
+                )
+
+    def users(self) -> dict[int, list[Node]]:
+        """Map node id -> nodes that consume one of its outputs."""
+        result: dict[int, list[Node]] = {}
+        for node in self.ordered_nodes():
+            for inp in node.inputs:
+                result.setdefault(inp.node.id, []).append(node)
+        return result
+
+    def parameter(self, name: str) -> Parameter:
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def replace_input(self, node: Node, index: int, value: Output):
+        node.inputs[index] = value
+
+    def __repr__(self):
+        return f"<Function {self.name}: {len(self.parameters)} parameters, {len(self.results)} results>"

@@ -1,0 +1,103 @@
+"""Collective communication ops, present in the IR from the start.
+
+AllReduce, Broadcast, AllGather and ReduceScatter take a list of tensors (a
+bucket) and return one output per input, so that gradient fusion is a change of
+grouping, not of op type.
+"""
+from __future__ import annotations
+
+from ..node import Node, register_op
+from ..types import DType, TensorType
+
+__all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS"]
+
+REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+
+
+class Collective(Node):
+    attributes = {"bucket": ""}
+
+    def check_inputs(self):
+        self.check(len(self.inputs) >= 1, "needs at least one tensor")
+
+    def infer(self):
+        self.check_inputs()
+        return [self.input_type(i) for i in range(len(self.inputs))]
+
+
+@register_op
+class AllReduce(Collective):
+    op_type = "AllReduce"
+    attributes = {"reduction": "sum", "bucket": ""}
+
+    def infer(self):
+        self.check(self.attrs["reduction"] in REDUCTIONS,
+                   f"reduction '{self.attrs['reduction']}' is not one of {REDUCTIONS}")
+        return super().infer()
+
+
+@register_op
+class Broadcast(Collective):
+    op_type = "Broadcast"
+    attributes = {"root": 0, "bucket": ""}
+
+
+@register_op
+class AllGather(Collective):
+    """Concatenates along axis 0 the tensors of all ranks; needs ``world_size``."""
+
+    op_type = "AllGather"
+    attributes = {"world_size": 1, "bucket": ""}
+
+    def infer(self):
+        self.check_inputs()
+        n = int(self.attrs["world_size"])
+        self.check(n >= 1, "world_size must be >= 1")
+        out = []
+        for i in range(len(self.inputs)):
+            t = self.input_type(i)
+            self.check(t.rank >= 1, f"input {i} must have rank >= 1")
+            out.append(TensorType(t.dtype, [t.shape[0] * n if t.shape[0] >= 0 else -1, *t.shape[1:]]))
+        return out
+
+
+@register_op
+class ReduceScatter(Collective):
+    """Reduces across ranks, each rank keeping its 1/world_size slice of axis 0."""
+
+    op_type = "ReduceScatter"
+    attributes = {"world_size": 1, "reduction": "sum", "bucket": ""}
+
+    def infer(self):
+        self.check_inputs()
+        n = int(self.attrs["world_size"])
+        self.check(self.attrs["reduction"] in REDUCTIONS, f"reduction must be one of {REDUCTIONS}")
+        out = []
+        for i in range(len(self.inputs)):
+            t = self.input_type(i)
+            self.check(t.rank >= 1 and t.shape[0] >= 0 and t.shape[0] % n == 0,
+                       f"input {i} ({t}): axis 0 must be static and divisible by world_size {n}")
+            out.append(TensorType(t.dtype, [t.shape[0] // n, *t.shape[1:]]))
+        return out
+
+
+@register_op
+class Send(Node):
+    """Sends input 0 to ``peer``; its output is the same tensor (a control token)."""
+
+    op_type = "Send"
+    attributes = {"peer": 0, "tag": 0}
+    num_inputs = 1
+
+    def infer(self):
+        return [self.input_type(0)]
+
+
+@register_op
+class Recv(Node):
+    op_type = "Recv"
+    attributes = {"peer": 0, "tag": 0, "dtype": "float32", "shape": ()}
+    num_inputs = 0
+
+    def infer(self):
+        return [TensorType(DType.parse(self.attrs["dtype"]), self.attrs["shape"])]

@@ -1,0 +1,57 @@
+"""Optimizer updates. Each returns the new parameter first, then the new state.
+
+``param_input`` and ``grad_input`` tell the AllReduce pass where the gradient
+enters, so it can reduce the gradient right before the update consumes it.
+"""
+from __future__ import annotations
+
+from ..node import Node, register_op
+from ..types import TensorType
+
+__all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate"]
+
+
+class OptimizerUpdate(Node):
+    param_input = 0
+    grad_input = 1
+    lr_input = 2
+    #: input index of each state tensor that is returned updated, in output order after the param
+    state_inputs: tuple = ()
+
+    def infer(self):
+        param, grad, lr = (self.input_type(i) for i in range(3))
+        self.check(param.dtype.is_float, f"parameter must be floating point, got {param}")
+        self.check(param.dtype == grad.dtype and param.shape == grad.shape,
+                   f"gradient {grad} does not match parameter {param}")
+        self.check(lr.num_elements() == 1, f"learning rate must have one element, got {lr}")
+        for i in self.state_inputs:
+            self.check(self.input_type(i).dtype.is_float, f"state input {i} must be floating point")
+        return [param] + [self.input_type(i) for i in self.state_inputs]
+
+
+@register_op
+class SGDUpdate(OptimizerUpdate):
+    """Inputs (param, grad, lr). param - lr * grad."""
+
+    op_type = "SGDUpdate"
+    num_inputs = 3
+
+
+@register_op
+class MomentumUpdate(OptimizerUpdate):
+    """Inputs (param, grad, lr, velocity). Paddle's momentum, with optional L2 decay."""
+
+    op_type = "MomentumUpdate"
+    attributes = {"mu": 0.9, "use_nesterov": False, "regularization_coeff": 0.0, "rescale_grad": 1.0}
+    num_inputs = 4
+    state_inputs = (3,)
+
+
+@register_op
+class AdamUpdate(OptimizerUpdate):
+    """Inputs (param, grad, lr, moment1, moment2, beta1_pow, beta2_pow). Paddle's adam/adamw."""
+
+    op_type = "AdamUpdate"
+    attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.0, "lr_ratio": 1.0}
+    num_inputs = 7
+    state_inputs = (3, 4, 5, 6)

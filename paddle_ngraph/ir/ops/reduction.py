@@ -1,0 +1,75 @@
+"""Reductions over a set of axes. An empty ``axes`` reduces over every axis."""
+from __future__ import annotations
+
+from ..node import Node, register_op
+from ..types import TensorType, normalize_axis
+
+__all__ = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"]
+
+
+class Reduction(Node):
+    attributes = {"axes": (), "keep_dims": False}
+    num_inputs = 1
+
+    def reduced_axes(self) -> list[int]:
+        rank = self.input_type(0).rank
+        axes = [normalize_axis(int(a), rank) for a in self.attrs["axes"]] or list(range(rank))
+        for a in axes:
+            self.check(0 <= a < max(rank, 1), f"axis {a} out of range for rank {rank}")
+        return sorted(set(axes))
+
+    def infer(self):
+        t = self.input_type(0)
+        axes = set(self.reduced_axes())
+        if self.attrs["keep_dims"]:
+            shape = [1 if i in axes else d for i, d in enumerate(t.shape)]
+        else:
+            shape = [d for i, d in enumerate(t.shape) if i not in axes]
+        return [TensorType(t.dtype, shape)]
+
+
+for _name in __all__:
+    _cls = type(_name, (Reduction,), {"op_type": _name, "__doc__": f"{_name} over ``axes``."})
+    register_op(_cls)
+    globals()[_name] = _cls
+
+
+@register_op
+class ReduceMeanBackprop(Node):
+    """Inputs (x, gradient of the mean). Spreads the gradient evenly over the reduced axes of x.
+
+    The divisor is counted at run time, so a dynamic batch dimension is fine.
+    """
+
+    op_type = "ReduceMeanBackprop"
+    attributes = {"axes": (), "keep_dims": False}
+    num_inputs = 2
+    reduced_axes = Reduction.reduced_axes
+
+    def infer(self):
+        x = self.input_type(0)
+        self.reduced_axes()
+        self.check(self.input_type(1).dtype == x.dtype, f"gradient dtype differs from {x}")
+        return [x]
+
+
+__all__.append("ReduceMeanBackprop")
+
+
+@register_op
+class ReduceSumBackprop(Node):
+    """Inputs (x, gradient of the sum). Broadcasts the gradient back over the reduced axes of x."""
+
+    op_type = "ReduceSumBackprop"
+    attributes = {"axes": (), "keep_dims": False}
+    num_inputs = 2
+    reduced_axes = Reduction.reduced_axes
+
+    def infer(self):
+        x = self.input_type(0)
+        self.reduced_axes()
+        self.check(self.input_type(1).dtype == x.dtype, f"gradient dtype differs from {x}")
+        return [x]
+
+
+__all__.append("ReduceSumBackprop")

@@ -1,0 +1,70 @@
+"""Converters of the dist_mnist_mlp ops, against Paddle's executor in both IRs."""
+import numpy as np
+import paddle
+import pytest
+
+from harness import IRS, check_against_paddle, static_op
+
+rng = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("tx,ty", [(False, False), (False, True), (True, False), (True, True)])
+def test_matmul(ir, dtype, tx, ty):
+    a = rng.standard_normal((5, 3) if tx else (3, 5)).astype(dtype)
+    b = rng.standard_normal((4, 5) if ty else (5, 4)).astype(dtype)
+    check_against_paddle(lambda a, b: static_op(lambda: paddle.matmul(a, b, transpose_x=tx, transpose_y=ty),
+                                                "matmul_v2", {"X": a, "Y": b}, {"trans_x": tx, "trans_y": ty}),
+                         {"a": a, "b": b}, ir=ir, rtol=1e-5 if dtype == "float32" else 1e-10)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_batched_matmul_broadcast(ir):
+    a = rng.standard_normal((2, 3, 4)).astype("float32")
+    b = rng.standard_normal((4, 5)).astype("float32")
+    check_against_paddle(lambda a, b: static_op(lambda: paddle.matmul(a, b), "matmul_v2", {"X": a, "Y": b}),
+                         {"a": a, "b": b}, ir=ir)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("yshape", [(4,), (3, 4), (1, 4)])
+def test_add_broadcast(ir, yshape):
+    x = rng.standard_normal((3, 4)).astype("float32")
+    y = rng.standard_normal(yshape).astype("float32")
+    check_against_paddle(lambda x, y: x + y, {"x": x, "y": y}, ir=ir)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_relu(ir):
+    x = rng.standard_normal((6, 7)).astype("float32")
+    check_against_paddle(lambda x: paddle.nn.functional.relu(x), {"x": x}, ir=ir)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("axis,keepdim", [(None, False), (0, False), (1, True)])
+def test_mean_and_sum(ir, axis, keepdim):
+    x = rng.standard_normal((4, 5)).astype("float32")
+    dims = {"dim": [] if axis is None else [axis], "keep_dim": keepdim, "reduce_all": axis is None}
+    check_against_paddle(lambda x: [static_op(lambda: paddle.mean(x, axis=axis, keepdim=keepdim), "reduce_mean", {"X": x}, dims),
+                                    static_op(lambda: paddle.sum(x, axis=axis, keepdim=keepdim), "reduce_sum", {"X": x}, dims)],
+                         {"x": x}, ir=ir)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_cross_entropy(ir, dtype):
+    logits = rng.standard_normal((8, 10)).astype(dtype)
+    label = rng.integers(0, 10, (8, 1)).astype("int64")
+    check_against_paddle(
+        lambda logits, label: paddle.nn.functional.cross_entropy(logits, label, reduction="none"),
+        {"logits": logits, "label": label}, ir=ir, rtol=1e-5 if dtype == "float32" else 1e-10)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_softmax_cross_entropy_ignore_index(ir):
+    logits = rng.standard_normal((6, 5)).astype("float32")
+    label = np.array([[0], [4], [-100], [2], [-100], [1]], dtype="int64")
+    check_against_paddle(
+        lambda logits, label: paddle.nn.functional.cross_entropy(logits, label, reduction="none", ignore_index=-100),
+        {"logits": logits, "label": label}, ir=ir)

@@ -1,0 +1,114 @@
+"""Compares our conversion + a backend against Paddle's own executor, in either IR.
+
+``check_against_paddle(build, feeds, ir=...)`` builds a program from ``build``
+(called with one static data variable per feed), runs it with
+``paddle.static.Executor``, converts it with ``paddle_ngraph.convert`` and runs
+the function on a backend; forward outputs and the gradients of every
+floating-point feed must match.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import paddle
+
+import paddle_ngraph
+from paddle_ngraph.backends import get_backend
+
+paddle.enable_static()
+IRS = ("legacy", "pir")
+
+
+@contextlib.contextmanager
+def ir_guard(ir: str):
+    guard = paddle.pir_utils.OldIrGuard() if ir == "legacy" else paddle.pir_utils.IrGuard()
+    with guard:
+        yield
+
+
+def scope_value(name: str) -> np.ndarray:
+    var = paddle.static.global_scope().find_var(name)
+    if var is None:
+        raise KeyError(f"variable {name} not in the scope")
+    return np.array(var.get_tensor())
+
+
+def run_function(function, feeds: dict, backend: str = "INTERPRETER", transport=None) -> dict:
+    """Runs a converted function; parameters that are not feeds are read from the Paddle scope."""
+    inputs = [feeds[p.name] if p.name in feeds else scope_value(p.name) for p in function.parameters]
+    outs = get_backend(backend).compile(function).call(inputs, transport)
+    return dict(zip(function.results, outs))
+
+
+def check_against_paddle(build, feeds: dict, *, ir: str, grads: bool = True, rtol: float = 1e-5,
+                         atol: float = 1e-6, backend: str = "INTERPRETER", seed: int = 0):
+    """Returns (reference, ours) lists after asserting they match."""
+    rng = np.random.default_rng(seed)
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            variables = {}
+            for name, value in feeds.items():
+                v = paddle.static.data(name, list(value.shape), str(value.dtype))
+                if np.issubdtype(value.dtype, np.floating):
+                    v.stop_gradient = False
+                variables[name] = v
+            outs = build(**variables)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            fetch = list(outs)
+            if grads:
+                float_outs = [o for o in outs if str(o.dtype) in ("paddle.float32", "paddle.float64")]
+                float_ins = [v for n, v in variables.items() if np.issubdtype(feeds[n].dtype, np.floating)]
+                if float_outs and float_ins:
+                    terms = []
+                    for o in float_outs:
+                        weight = rng.standard_normal(o.shape if -1 not in o.shape else feeds_shape(o, feeds))
+                        w = paddle.assign(weight.astype(str(o.dtype).replace("paddle.", "")))
+                        terms.append(static_op(lambda: paddle.sum(o * w), "reduce_sum", {"X": o * w},
+                                               {"dim": [], "reduce_all": True, "keep_dim": False}))
+                    loss = terms[0]
+                    for t in terms[1:]:
+                        loss = loss + t
+                    fetch += [g for g in paddle.static.gradients([loss], float_ins) if g is not None]
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        reference = exe.run(main, feed=feeds, fetch_list=fetch)
+        function = paddle_ngraph.convert(main, fetch_list=fetch)
+        results = run_function(function, feeds, backend)
+        ours = [results[k] for k in function.results if k.startswith("fetch:")]
+        # Same handle fetched twice collapses to one result; expand back by name.
+        view = paddle_ngraph.frontend.decode(main)
+        by_name = {k[len("fetch:"):]: v for k, v in results.items() if k.startswith("fetch:")}
+        ours = [by_name[view.name_of(h)] for h in fetch]
+    assert len(reference) == len(ours)
+    for i, (ref, got) in enumerate(zip(reference, ours)):
+        ref = np.asarray(ref)
+        got = np.asarray(got)
+        assert ref.shape == got.shape, f"output {i}: shape {got.shape}, Paddle gives {ref.shape}"
+        assert ref.dtype == got.dtype, f"output {i}: dtype {got.dtype}, Paddle gives {ref.dtype}"
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, err_msg=f"output {i} ({ir})")
+    return reference, ours
+
+
+def feeds_shape(value, feeds):
+    """Shape of an output with a dynamic batch: the batch of the first feed."""
+    batch = next(iter(feeds.values())).shape[0]
+    return [batch if d == -1 else d for d in value.shape]
+
+
+def static_op(pir_call, legacy_type: str, inputs: dict, attrs: dict | None = None, outputs=("Out",), dtype=None):
+    """Builds one op in either IR: ``pir_call()`` in PIR mode; in legacy mode, where several
+    Paddle 3 Python APIs refuse Variables, appends ``legacy_type`` through LayerHelper."""
+    if paddle.framework.in_pir_mode():
+        return pir_call()
+    from paddle.base.layer_helper import LayerHelper
+
+    helper = LayerHelper(legacy_type)
+    first = next(iter(inputs.values()))
+    first = first[0] if isinstance(first, (list, tuple)) else first
+    outs = {slot: helper.create_variable_for_type_inference(dtype or first.dtype) for slot in outputs}
+    helper.append_op(type=legacy_type, inputs={k: v if isinstance(v, (list, tuple)) else [v] for k, v in inputs.items()},
+                     outputs=outs, attrs=attrs or {})
+    result = [outs[s] for s in outputs]
+    return result[0] if len(result) == 1 else result
