@@ -65,6 +65,7 @@ def _roles(ops) -> list[str]:
 
 def decode_program(program, source: str = "<pir program>") -> ProgramView:
     names: dict[str, str] = {}
+    values: dict[str, object] = {}
     variables: dict[str, VarInfo] = {}
     ops_out = []
     block_ops = list(program.global_block().ops)
@@ -97,6 +98,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
                 continue
             name = _result_name(op, op_name, index, slot, key, view)
             names[value.id] = name
+            values.setdefault(name, value)
             view.outputs[key] = [name]
             if name not in variables:
                 variables[name] = _var_info(op, op_name, name, value)
@@ -104,7 +106,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
             if attr not in _BOOKKEEPING_ATTRS:
                 view.attrs[normalize(attr)] = value
         ops_out.append(view)
-    return ProgramView(ir="pir", ops=ops_out, vars=variables, source=source, native=program, value_names=names)
+    return ProgramView(ir="pir", ops=ops_out, vars=variables, source=source, native=program, value_names=names, values=values)
 
 
 def _slot_names(op) -> tuple[list, list]:

@@ -62,6 +62,7 @@ class ProgramView:
     source: str = "<program>"
     native: object = None                     # the Paddle program, when decoded from one
     value_names: dict = field(default_factory=dict)  # PIR: Value.id -> our name
+    values: dict = field(default_factory=dict)       # PIR: our name -> the Value first defining it
 
     def name_of(self, handle) -> str:
         """Our name for what a user holds: a legacy Variable, a PIR Value, or a name."""

@@ -1,0 +1,126 @@
+// The `ngraph_engine` Paddle operator: the one Paddle op a transpiled program runs.
+//
+// Paddle's executor calls this kernel with the engine's inputs (feeds,
+// parameters, optimizer state). The kernel hands raw buffers to the engine
+// through a callback set by paddle_ngraph's Cython bridge, and gives it an
+// allocator for the outputs. The engine updates parameters and optimizer state
+// in place, as Paddle's own optimizer ops (sgd_, adam_) do, so only values read
+// by the ops left to Paddle ("anchors", e.g. the final mean of the loss) are outputs.
+//
+// Paddle custom operators cannot have a variable number of outputs without an
+// in-place map, so the op has kMaxOutputs fixed output slots; unused ones are
+// empty tensors.
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "paddle/extension.h"
+
+namespace {
+
+constexpr int kMaxOutputs = 16;
+
+typedef void* (*pdng_alloc_fn)(void* ctx, int index, int dtype, int ndim, const int64_t* shape);
+typedef int (*pdng_run_fn)(int64_t engine_id, int n, void* const* ptrs, const int* dtypes, const int* ndims,
+                           const int64_t* shapes, void* alloc_ctx, pdng_alloc_fn alloc, char* error,
+                           int error_len);
+
+pdng_run_fn g_run = nullptr;
+
+struct OutputMeta {
+  std::vector<paddle::DataType> dtypes;
+  std::vector<std::vector<int64_t>> shapes;
+};
+std::mutex g_meta_mutex;
+std::unordered_map<int64_t, OutputMeta> g_meta;
+
+struct Allocation {
+  std::vector<paddle::Tensor> outputs;
+};
+
+void* allocate_output(void* ctx, int index, int dtype, int ndim, const int64_t* shape) {
+  auto* alloc = static_cast<Allocation*>(ctx);
+  if (index < 0 || index >= kMaxOutputs) return nullptr;
+  std::vector<int64_t> dims(shape, shape + ndim);
+  auto tensor = paddle::empty(dims, static_cast<paddle::DataType>(dtype), paddle::CPUPlace());
+  alloc->outputs[index] = tensor;
+  return tensor.data();
+}
+
+}  // namespace
+
+extern "C" {
+// Set once by the Cython bridge at import.
+void pdng_set_run_callback(pdng_run_fn fn) { g_run = fn; }
+
+// Declares an engine's output types, for Paddle's compile-time shape inference.
+void pdng_set_output_meta(int64_t engine_id, int n, const int* dtypes, const int* ndims, const int64_t* shapes) {
+  OutputMeta meta;
+  const int64_t* s = shapes;
+  for (int i = 0; i < n && i < kMaxOutputs; ++i) {
+    meta.dtypes.push_back(static_cast<paddle::DataType>(dtypes[i]));
+    meta.shapes.emplace_back(s, s + ndims[i]);
+    s += ndims[i];
+  }
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  g_meta[engine_id] = std::move(meta);
+}
+
+int pdng_max_outputs() { return kMaxOutputs; }
+}
+
+std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inputs, int64_t engine_id) {
+  PD_CHECK(g_run != nullptr, "ngraph_engine: paddle_ngraph is not imported in this process");
+  const int n = static_cast<int>(inputs.size());
+  std::vector<void*> ptrs(n);
+  std::vector<int> dtypes(n), ndims(n);
+  std::vector<int64_t> shapes;
+  for (int i = 0; i < n; ++i) {
+    // The engine writes parameters and optimizer state through these pointers.
+    ptrs[i] = const_cast<void*>(inputs[i].data());
+    dtypes[i] = static_cast<int>(inputs[i].dtype());
+    auto dims = inputs[i].shape();
+    ndims[i] = static_cast<int>(dims.size());
+    shapes.insert(shapes.end(), dims.begin(), dims.end());
+  }
+  Allocation alloc;
+  alloc.outputs.resize(kMaxOutputs);
+  char error[4096] = {0};
+  int rc = g_run(engine_id, n, ptrs.data(), dtypes.data(), ndims.data(), shapes.data(), &alloc, allocate_output,
+                 error, sizeof(error) - 1);
+  PD_CHECK(rc == 0, error);
+  for (auto& t : alloc.outputs) {
+    if (!t.initialized()) t = paddle::empty({0}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+  }
+  return alloc.outputs;
+}
+
+std::vector<std::vector<int64_t>> EngineInferShape(const std::vector<std::vector<int64_t>>&, int64_t engine_id) {
+  std::vector<std::vector<int64_t>> shapes(kMaxOutputs, std::vector<int64_t>{0});
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  auto it = g_meta.find(engine_id);
+  if (it != g_meta.end())
+    for (size_t i = 0; i < it->second.shapes.size(); ++i) shapes[i] = it->second.shapes[i];
+  return shapes;
+}
+
+std::vector<paddle::DataType> EngineInferDtype(const std::vector<paddle::DataType>&, int64_t engine_id) {
+  std::vector<paddle::DataType> dtypes(kMaxOutputs, paddle::DataType::FLOAT32);
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  auto it = g_meta.find(engine_id);
+  if (it != g_meta.end())
+    for (size_t i = 0; i < it->second.dtypes.size(); ++i) dtypes[i] = it->second.dtypes[i];
+  return dtypes;
+}
+
+PD_BUILD_OP(ngraph_engine)
+    .Inputs({paddle::Vec("X")})
+    .Outputs({"Out0", "Out1", "Out2", "Out3", "Out4", "Out5", "Out6", "Out7", "Out8", "Out9", "Out10", "Out11",
+              "Out12", "Out13", "Out14", "Out15"})
+    .Attrs({"engine_id: int64_t"})
+    .SetKernelFn(PD_KERNEL(EngineForward))
+    .SetInferShapeFn(PD_INFER_SHAPE(EngineInferShape))
+    .SetInferDtypeFn(PD_INFER_DTYPE(EngineInferDtype));

@@ -1,0 +1,65 @@
+"""Transports (null, MPI; ccl to come), launcher detection, and the start-up sync of ranks."""
+from __future__ import annotations
+
+import hashlib
+
+
+from ..errors import ConfigError, TransportError
+from .bootstrap import LaunchInfo, detect_launcher, make_transport
+from .transport import DTYPES, NullTransport, Transport
+
+__all__ = ["Transport", "NullTransport", "DTYPES", "detect_launcher", "make_transport", "resolve_transport",
+           "initial_sync", "function_fingerprint", "LaunchInfo"]
+
+
+def resolve_transport(transport=None, nranks: int | None = None) -> Transport:
+    if transport is None:
+        transport = make_transport()
+    elif isinstance(transport, str):
+        transport = make_transport(transport)
+    if nranks is not None and nranks != transport.size:
+        raise ConfigError(f"nranks={nranks}, but the {transport.name} transport has {transport.size} rank(s)")
+    return transport
+
+
+def function_fingerprint(function) -> list[str]:
+    """One line per node (op, input types, attrs, output types); equal on ranks that will agree."""
+    from ..ir.serialize import _format_attr
+
+    lines = []
+    for node in function.ordered_nodes():
+        attrs = ",".join(f"{k}={_format_attr(v)}" for k, v in sorted(node.attrs.items()) if k != "value")
+        ins = ",".join(str(i.type) for i in node.inputs)
+        outs = ",".join(str(t) for t in node.output_types)
+        lines.append(f"{node.op_type}({ins}){{{attrs}}}->{outs}")
+    return lines
+
+
+def check_consistency(function, transport: Transport):
+    """Fails on every rank, naming the ranks and the first differing op, if transpiled functions differ."""
+    lines = function_fingerprint(function)
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    digests = transport.allgather_object(digest)
+    if len(set(digests)) == 1:
+        return
+    everything = transport.allgather_object(lines)
+    reference = everything[0]
+    differing = [r for r, d in enumerate(digests) if d != digests[0]]
+    first = differing[0]
+    other = everything[first]
+    index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
+    a = reference[index] if index < len(reference) else "<end of function>"
+    b = other[index] if index < len(other) else "<end of function>"
+    raise TransportError(
+        f"rank {transport.rank}: the transpiled programs differ between ranks: rank(s) {differing} differ from "
+        f"rank 0; first difference at op {index}: rank 0 has {a}, rank {first} has {b}")
+
+
+def initial_sync(engine, arrays):
+    """Before the first step: check that all ranks run the same function, then copy rank 0's
+    parameters and optimizer state to every rank, so they start identical whatever their seeds."""
+    transport = engine.transport
+    check_consistency(engine.function, transport)
+    for param, array in zip(engine.function.parameters, arrays):
+        if param.attrs["role"] in ("parameter", "state"):
+            transport.broadcast(array, root=0)

@@ -1,0 +1,113 @@
+"""The transport interface, after nGraph's ``Distributed``: rank, size and collectives.
+
+Buffers are NumPy arrays. ``allreduce_many`` reduces a bucket of tensors as
+one message (gradient fusion). Every implementation supports every dtype in
+``DTYPES`` and every reduction in ``REDUCTIONS``; errors name the tensor,
+dtype and rank.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TransportError
+from ..ir.ops.collective import REDUCTIONS
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+
+
+def flatten(arrays: list[np.ndarray]) -> np.ndarray:
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0]).reshape(-1).copy()
+    return np.concatenate([np.ascontiguousarray(a).reshape(-1) for a in arrays])
+
+
+def unflatten(flat: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
+    out, offset = [], 0
+    for a in like:
+        out.append(flat[offset:offset + a.size].reshape(a.shape))
+        offset += a.size
+    return out
+
+
+class Transport:
+    name = "BASE"
+    rank = 0
+    size = 1
+
+    # --- the primitives each transport provides -------------------------------------------
+    def allreduce(self, array: np.ndarray, reduction: str = "sum", name: str = "", bfloat16: bool = False) -> np.ndarray:
+        raise NotImplementedError
+
+    def broadcast(self, array: np.ndarray, root: int = 0) -> np.ndarray:
+        raise NotImplementedError
+
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def reduce_scatter(self, array: np.ndarray, reduction: str = "sum") -> np.ndarray:
+        """Reduces across ranks and returns this rank's 1/size slice of axis 0."""
+        full = self.allreduce(array, reduction)
+        chunk = array.shape[0] // self.size
+        return np.ascontiguousarray(full[self.rank * chunk:(self.rank + 1) * chunk])
+
+    def send(self, array: np.ndarray, peer: int, tag: int = 0):
+        raise NotImplementedError
+
+    def recv(self, array: np.ndarray, peer: int, tag: int = 0):
+        raise NotImplementedError
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def allgather_object(self, obj) -> list:
+        raise NotImplementedError
+
+    # --- derived ----------------------------------------------------------------------------------
+    def allreduce_many(self, arrays: list[np.ndarray], reduction: str = "sum", name: str = "") -> list[np.ndarray]:
+        """Reduces a bucket of same-dtype tensors as one message."""
+        if not arrays:
+            return []
+        dtype = arrays[0].dtype
+        for a in arrays:
+            if a.dtype != dtype:
+                raise TransportError(f"rank {self.rank}: bucket '{name}' mixes dtypes {dtype} and {a.dtype}")
+        flat = self.allreduce(flatten(arrays), reduction, name=name)
+        return [np.array(x, copy=True) for x in unflatten(flat, arrays)] if len(arrays) > 1 else [flat.reshape(arrays[0].shape)]
+
+    def check_reduction(self, reduction: str):
+        if reduction not in REDUCTIONS:
+            raise TransportError(f"rank {self.rank}: unknown reduction '{reduction}'; valid: {', '.join(REDUCTIONS)}")
+
+    def close(self):
+        pass
+
+    def __repr__(self):
+        return f"<{self.name} transport rank {self.rank} of {self.size}>"
+
+
+class NullTransport(Transport):
+    """One process: every collective is the identity."""
+
+    name = "NULL"
+
+    def allreduce(self, array, reduction="sum", name="", bfloat16=False):
+        self.check_reduction(reduction)
+        return np.array(array, copy=True)
+
+    def broadcast(self, array, root=0):
+        return array
+
+    def allgather(self, array):
+        return np.array(array, copy=True)
+
+    def send(self, array, peer, tag=0):
+        raise TransportError("rank 0: send in a one-process job has no peer")
+
+    def recv(self, array, peer, tag=0):
+        raise TransportError("rank 0: recv in a one-process job has no peer")
+
+    def barrier(self):
+        pass
+
+    def allgather_object(self, obj):
+        return [obj]

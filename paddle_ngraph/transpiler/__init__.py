@@ -1,0 +1,55 @@
+"""``transpile``: make a Paddle program run on this engine under a plain ``exe.run``.
+
+Mechanism (documented in the README): the program's ops are converted into one
+IR function; they are replaced in place by a single ``ngraph_engine`` Paddle
+custom operator whose kernel calls the compiled function; the forward sinks
+(loss, metrics) stay as Paddle ops reading the engine's outputs, so feed names
+and fetch handles stay valid. Parameters and optimizer state remain Paddle
+variables in the scope, updated in place, so ``paddle.static.save``/``load`` work.
+"""
+from __future__ import annotations
+
+from .. import _bridge
+from ..backends import get_backend
+from ..frontend import decode
+from ..passes import InsertAllReduce, PassManager
+from . import engine_op
+from .engine import Engine
+from .rewrite import plan, rewrite_legacy, rewrite_pir
+
+__all__ = ["transpile"]
+
+
+def transpile(program, backend: str = "INTERPRETER", nranks: int | None = None, transport=None,
+              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg"):
+    """Rewrites ``program`` in place; returns it.
+
+    ``nranks``: ranks of data-parallel training (default: the launcher's, else 1).
+    ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
+    ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
+    ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
+    """
+    from ..distributed import initial_sync, resolve_transport
+
+    engine_op.library()  # registers the operator before the program refers to it
+    view = decode(program)
+    session, anchors, fetch = plan(view, fetch_list)
+    function = session.function(fetch, name="ngraph_engine")
+    transport = resolve_transport(transport, nranks)
+    passes = []
+    if transport.size > 1:
+        skip = {n for n, v in view.vars.items() if v.is_distributed}
+        passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
+                                      reduction=reduction, skip_params=skip))
+    PassManager(passes).run(function)
+    executable = get_backend(backend).compile(function)
+    engine = Engine(function, executable, fetch, transport=transport,
+                    on_first_run=initial_sync if transport.size > 1 else None)
+    engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
+    _bridge.register_engine(engine.id, engine)
+    input_names = [p.name for p in function.parameters]
+    if view.ir == "pir":
+        rewrite_pir(view, anchors, engine, input_names, fetch)
+    else:
+        rewrite_legacy(view, anchors, engine, input_names, fetch)
+    return program

@@ -1,0 +1,62 @@
+"""The engine behind one ``ngraph_engine`` operator: a compiled function and its bindings.
+
+Per step it receives the operator's input buffers (in the order of the
+function's parameters), checks the feeds, runs the executable, writes updated
+parameters and optimizer state back into their buffers, and returns the values
+the ops left to Paddle read.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import ExecutionError
+from ..frontend import FETCH_PREFIX, STATE_PREFIX
+from ..ir import Function
+from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
+
+_ids = itertools.count(1)
+
+
+class Engine:
+    def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None):
+        self.id = next(_ids)
+        self.function = function
+        self.executable = executable
+        self.transport = transport
+        self.fetch_names = fetch_names
+        self.steps = 0
+        self._on_first_run = on_first_run
+        index = {p.name: i for i, p in enumerate(function.parameters)}
+        results = list(function.results)
+        self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
+        self.state_writeback = [(results.index(r), index[r[len(STATE_PREFIX):]]) for r in results
+                                if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in index]
+        self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
+
+    def output_shapes(self) -> list[tuple]:
+        return [self.function.results[FETCH_PREFIX + n].shape for n in self.fetch_names]
+
+    def check_inputs(self, arrays, dtype_codes):
+        for param, array, code in zip(self.function.parameters, arrays, dtype_codes):
+            expected = param.output_types[0]
+            got = PADDLE_DATATYPE.get(code)
+            if got != expected.dtype:
+                raise ExecutionError(f"input '{param.name}': dtype {got.value if got else code}, the program declares {expected.dtype.value}")
+            if len(array.shape) != expected.rank or any(e >= 0 and e != a for e, a in zip(expected.shape, array.shape)):
+                raise ExecutionError(f"input '{param.name}': shape {list(array.shape)}, the program declares "
+                                     f"{[d if d >= 0 else None for d in expected.shape]}")
+
+    def run(self, arrays, dtype_codes):
+        if len(arrays) != len(self.function.parameters):
+            raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {len(self.function.parameters)}")
+        self.check_inputs(arrays, dtype_codes)
+        if self._on_first_run is not None:
+            self._on_first_run(self, arrays)
+            self._on_first_run = None
+        outputs = self.executable.call(arrays, self.transport)
+        for result_pos, input_pos in self.state_writeback:
+            np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
+        self.steps += 1
+        return [(code, outputs[pos]) for code, pos in zip(self.output_codes, self.fetch_positions)]

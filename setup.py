@@ -1,0 +1,66 @@
+"""Builds paddle_ngraph: the Cython bridge and the ``ngraph_engine`` Paddle operator.
+
+The operator is compiled against the headers and ``libpaddle.so`` of the
+installed Paddle wheel, so Paddle must be installed before building
+(``pip install --no-build-isolation .``; the Makefile does this).
+"""
+import os
+import sys
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+
+def paddle_dirs():
+    try:
+        import paddle
+    except ImportError:
+        sys.exit("paddle_ngraph builds against the installed PaddlePaddle: pip install paddlepaddle==3.3.1 first, "
+                 "then pip install --no-build-isolation .")
+    root = os.path.dirname(paddle.__file__)
+    return root, os.path.join(root, "include"), os.path.join(root, "base")
+
+
+class BuildExt(build_ext):
+    # The operator library is loaded by Paddle with dlopen, not imported:
+    # it has no PyInit function and must not be asked to export one.
+    def get_export_symbols(self, ext):
+        if ext.name.endswith("_engine_op"):
+            return []
+        return super().get_export_symbols(ext)
+
+
+paddle_root, paddle_include, paddle_base = paddle_dirs()
+
+extensions = cythonize(
+    [Extension("paddle_ngraph._bridge", ["cython/bridge.pyx"], include_dirs=[numpy.get_include()],
+               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])],
+    compiler_directives={"language_level": 3},
+) + [
+    Extension(
+        "paddle_ngraph._engine_op",
+        ["native/paddle_op/engine_op.cc"],
+        include_dirs=[paddle_include, os.path.join(paddle_include, "third_party")],
+        define_macros=[("PADDLE_WITH_CUSTOM_KERNEL", None)],
+        extra_compile_args=["-std=c++17", "-O2", "-Wno-deprecated-declarations"],
+        library_dirs=[paddle_base],
+        extra_link_args=["-l:libpaddle.so", f"-Wl,-rpath,{paddle_base}"],
+        language="c++",
+    ),
+]
+
+setup(
+    name="paddle_ngraph",
+    version="0.1.0",
+    description="Data-parallel training of PaddlePaddle static programs on CPU clusters, nGraph style",
+    packages=find_packages(include=["paddle_ngraph", "paddle_ngraph.*"]),
+    package_data={"paddle_ngraph": ["../configs/*.yaml"]},
+    ext_modules=extensions,
+    cmdclass={"build_ext": BuildExt},
+    python_requires=">=3.10",
+    install_requires=["paddlepaddle>=3.0", "numpy", "pyyaml", "mpi4py"],
+    extras_require={"test": ["pytest", "hypothesis", "scikit-learn"]},
+    entry_points={"console_scripts": ["paddle-ngraph-dump=paddle_ngraph.tools.dump:main"]},
+)
