@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "paddle/common/enforce.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -91,7 +92,9 @@ std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inp
   char error[4096] = {0};
   int rc = g_run(engine_id, n, ptrs.data(), dtypes.data(), ndims.data(), shapes.data(), &alloc, allocate_output,
                  error, sizeof(error) - 1);
-  PD_CHECK(rc == 0, error);
+  // PADDLE_THROW (not PD_CHECK): the PIR executor keeps the message of an EnforceNotMet,
+  // and reports any other exception as a bare "std::exception".
+  if (rc != 0) PADDLE_THROW(common::errors::External("ngraph_engine %lld: %s", static_cast<long long>(engine_id), error));
   for (auto& t : alloc.outputs) {
     if (!t.initialized()) t = paddle::empty({0}, paddle::DataType::FLOAT32, paddle::CPUPlace());
   }

@@ -30,6 +30,12 @@ def _is_inplace(op_name: str) -> bool:
     return op_name.endswith("_") and not op_name.endswith("__")
 
 
+def _is_optimizer(op) -> bool:
+    """In-place ops that update a parameter from its gradient (sgd_, adam_, ...), not batch_norm_."""
+    inputs = _slot_names(op)[0]
+    return _is_inplace(op.name()) and "param" in inputs and "grad" in inputs
+
+
 def _roles(ops) -> list[str]:
     """Forward ops precede the backward region, which starts at the loss-gradient seed.
 
@@ -43,7 +49,7 @@ def _roles(ops) -> list[str]:
     roles = []
     for i, op in enumerate(ops):
         name = op.name()
-        if _is_inplace(name) and name != "pd_op.data":
+        if _is_optimizer(op):
             roles.append(OPTIMIZE)
         elif first_grad is not None and i >= first_grad:
             roles.append(BACKWARD)

@@ -49,7 +49,7 @@ class ConversionSession:
             raise ConversionError(f"{where}variable '{name}' is read before any op defines it, and the program declares no type for it")
         role = "parameter" if info.is_parameter else "state" if info.persistable else "feed"
         shape = info.shape
-        param = Parameter(name=name, dtype=info.dtype, shape=shape, role=role)
+        param = Parameter(name=name, dtype=info.dtype.value, shape=list(shape), role=role)
         self.parameters.append(param)
         self.initial[name] = param
         self.env[name] = param.output()

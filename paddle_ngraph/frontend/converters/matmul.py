@@ -1,8 +1,11 @@
-"""matmul_v2 (legacy) / matmul (PIR) and the gradient."""
+"""matmul_v2 (legacy) / matmul (PIR), the fluid matmul (v1, with alpha) and mul
+(PIR matmul_with_flatten), with their gradients."""
 from __future__ import annotations
 
-from ...ir import ops
-from .helpers import reduce_to_shape
+import numpy as np
+
+from ...ir import Output, ops
+from .helpers import constant, reduce_to_shape
 
 
 def _flags(ctx):
@@ -15,20 +18,97 @@ def matmul_v2(ctx):
 
 
 def matmul_v2_grad(ctx):
-    x, y, dout = ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Out@GRAD", "out_grad")
     tx, ty = _flags(ctx)
-    if x.type.rank < 2 or y.type.rank < 2:
-        raise ctx.fail("gradient of a matmul with a 1-D operand is not supported yet")
+    _set_matmul_grads(ctx, ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Out@GRAD", "out_grad"), tx, ty)
+
+
+def _set_matmul_grads(ctx, x: Output, y: Output, dout: Output, tx: bool, ty: bool):
+    dx, dy = _matmul_grads(x, y, dout, tx, ty)
+    if ctx.has_output("X@GRAD", "x_grad"):
+        ctx.set_output(("X@GRAD", "x_grad"), dx)
+    if ctx.has_output("Y@GRAD", "y_grad"):
+        ctx.set_output(("Y@GRAD", "y_grad"), dy)
+
+
+def _matmul_grads(x: Output, y: Output, dout: Output, tx: bool, ty: bool) -> tuple[Output, Output]:
+    """Gradients of op(x) @ op(y) with batch broadcasting.
+
+    As in the forward, a 1-D x is a [1, K] row and a 1-D y a [K, 1] column, whose size-1
+    dim the output lacks; their transpose flags do not apply.
+    """
+    x2, y2, dout_shape = x, y, list(dout.shape)
+    if y.type.rank == 1:
+        y2, ty = ops.Reshape(y, shape=[y.shape[0], 1]).output(), False
+        dout_shape.append(1)
+    if x.type.rank == 1:
+        x2, tx = ops.Reshape(x, shape=[1, x.shape[0]]).output(), False
+        dout_shape.insert(len(dout_shape) - 1, 1)
+    dout2 = _reshape_to(dout, dout_shape)
     # C = op(A) op(B); the four cases of which operand is transposed.
     if not tx and not ty:
-        dx, dy = ops.MatMul(dout, y, transpose_b=True), ops.MatMul(x, dout, transpose_a=True)
+        dx, dy = ops.MatMul(dout2, y2, transpose_b=True), ops.MatMul(x2, dout2, transpose_a=True)
     elif not tx and ty:
-        dx, dy = ops.MatMul(dout, y), ops.MatMul(dout, x, transpose_a=True)
+        dx, dy = ops.MatMul(dout2, y2), ops.MatMul(dout2, x2, transpose_a=True)
     elif tx and not ty:
-        dx, dy = ops.MatMul(y, dout, transpose_b=True), ops.MatMul(x, dout)
+        dx, dy = ops.MatMul(y2, dout2, transpose_b=True), ops.MatMul(x2, dout2)
     else:
-        dx, dy = ops.MatMul(y, dout, transpose_a=True, transpose_b=True), ops.MatMul(dout, x, transpose_a=True, transpose_b=True)
+        dx, dy = ops.MatMul(y2, dout2, transpose_a=True, transpose_b=True), ops.MatMul(dout2, x2, transpose_a=True, transpose_b=True)
+    dx = _reshape_to(reduce_to_shape(dx.output(), x2.shape), x.shape)
+    dy = _reshape_to(reduce_to_shape(dy.output(), y2.shape), y.shape)
+    return dx, dy
+
+
+def _reshape_to(value: Output, shape) -> Output:
+    return value if tuple(value.shape) == tuple(shape) else ops.Reshape(value, shape=list(shape)).output()
+
+
+# --- matmul (v1): out = alpha * op(X) @ op(Y) --------------------------------------------------------
+def _v1_attrs(ctx):
+    if int(ctx.attr("head_number", default=1)) != 1:
+        raise ctx.fail(f"head_number={ctx.attr('head_number')} is not supported")
+    return (bool(ctx.attr("transpose_X", default=False)), bool(ctx.attr("transpose_Y", default=False)),
+            float(ctx.attr("alpha", default=1.0)))
+
+
+def _scaled(value: Output, alpha: float) -> Output:
+    return value if alpha == 1.0 else ops.Multiply(value, constant(alpha, value.dtype)).output()
+
+
+def matmul(ctx):
+    tx, ty, alpha = _v1_attrs(ctx)
+    out = ops.MatMul(ctx.input("X"), ctx.input("Y"), transpose_a=tx, transpose_b=ty).output()
+    ctx.set_output("Out", _scaled(out, alpha))
+
+
+def matmul_grad(ctx):
+    tx, ty, alpha = _v1_attrs(ctx)
+    _set_matmul_grads(ctx, ctx.input("X"), ctx.input("Y"), _scaled(ctx.input("Out@GRAD"), alpha), tx, ty)
+
+
+# --- mul (PIR matmul_with_flatten): operands flattened to matrices at *_num_col_dims ------------------
+def _num_col_dims(ctx):
+    return int(ctx.attr("x_num_col_dims", default=1)), int(ctx.attr("y_num_col_dims", default=1))
+
+
+def _as_matrix(value: Output, num_col_dims: int) -> Output:
+    """Dims [0, num_col_dims) become the rows, the others the columns."""
+    def size(dims):
+        return -1 if any(d < 0 for d in dims) else int(np.prod(dims))
+    return _reshape_to(value, [size(value.shape[:num_col_dims]), size(value.shape[num_col_dims:])])
+
+
+def mul(ctx):
+    x, y = ctx.input("X", "x"), ctx.input("Y", "y")
+    xn, yn = _num_col_dims(ctx)
+    out = ops.MatMul(_as_matrix(x, xn), _as_matrix(y, yn)).output()
+    ctx.set_output(("Out", "out"), _reshape_to(out, list(x.shape[:xn]) + list(y.shape[yn:])))
+
+
+def mul_grad(ctx):
+    x, y, dout = ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Out@GRAD", "out_grad")
+    xn, yn = _num_col_dims(ctx)
+    x2, y2, dout2 = _as_matrix(x, xn), _as_matrix(y, yn), _as_matrix(dout, xn)
     if ctx.has_output("X@GRAD", "x_grad"):
-        ctx.set_output(("X@GRAD", "x_grad"), reduce_to_shape(dx.output(), x.shape))
+        ctx.set_output(("X@GRAD", "x_grad"), _reshape_to(ops.MatMul(dout2, y2, transpose_b=True).output(), x.shape))
     if ctx.has_output("Y@GRAD", "y_grad"):
-        ctx.set_output(("Y@GRAD", "y_grad"), reduce_to_shape(dy.output(), y.shape))
+        ctx.set_output(("Y@GRAD", "y_grad"), _reshape_to(ops.MatMul(x2, dout2, transpose_a=True).output(), y.shape))

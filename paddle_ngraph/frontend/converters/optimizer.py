@@ -58,3 +58,18 @@ def _adam(ctx, weight_decay: float, lr_ratio: float):
     for i, slot in enumerate([("ParamOut", "param_out"), ("Moment1Out", "moment1_out"), ("Moment2Out", "moment2_out"),
                               ("Beta1PowOut", "beta1_pow_out"), ("Beta2PowOut", "beta2_pow_out")]):
         ctx.set_output(slot, node.output(i))
+
+
+def lamb(ctx):
+    _reject_multi_precision(ctx)
+    if ctx.has_input("SkipUpdate", "skip_update"):
+        raise ctx.fail("skip_update is not supported yet")
+    node = ops.LambUpdate(
+        ctx.input("Param", "param"), ctx.input("Grad", "grad"), ctx.input("LearningRate", "learning_rate"),
+        ctx.input("Moment1", "moment1"), ctx.input("Moment2", "moment2"),
+        ctx.input("Beta1Pow", "beta1_pow"), ctx.input("Beta2Pow", "beta2_pow"),
+        beta1=float(ctx.attr("beta1")), beta2=float(ctx.attr("beta2")), epsilon=float(ctx.attr("epsilon")),
+        weight_decay=float(ctx.attr("weight_decay")), always_adapt=bool(ctx.attr("always_adapt", default=False)))
+    for i, slot in enumerate([("ParamOut", "param_out"), ("Moment1Out", "moment1_out"), ("Moment2Out", "moment2_out"),
+                              ("Beta1PowOut", "beta1_pow_out"), ("Beta2PowOut", "beta2_pow_out")]):
+        ctx.set_output(slot, node.output(i))

@@ -7,3 +7,7 @@ from .reduction import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .optimizer import *  # noqa: F401,F403
 from .collective import *  # noqa: F401,F403
+from . import nn_extra  # noqa: F401
+from .nn_extra import *  # noqa: F401,F403
+from . import tensor_ops  # noqa: F401
+from .tensor_ops import *  # noqa: F401,F403

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..node import Node, register_op
 from ..types import TensorType
 
-__all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate"]
+__all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"]
 
 
 class OptimizerUpdate(Node):
@@ -53,5 +53,20 @@ class AdamUpdate(OptimizerUpdate):
 
     op_type = "AdamUpdate"
     attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.0, "lr_ratio": 1.0}
+    num_inputs = 7
+    state_inputs = (3, 4, 5, 6)
+
+
+@register_op
+class LambUpdate(OptimizerUpdate):
+    """Inputs (param, grad, lr, moment1, moment2, beta1_pow, beta2_pow). Paddle's lamb.
+
+    Adam's moments give the step r = m_hat / (sqrt(v_hat) + epsilon) + weight_decay * param,
+    scaled by the trust ratio ||param|| / ||r|| (1 when either is 0, or when weight_decay is 0
+    and not ``always_adapt``).
+    """
+
+    op_type = "LambUpdate"
+    attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "always_adapt": False}
     num_inputs = 7
     state_inputs = (3, 4, 5, 6)

@@ -9,3 +9,5 @@ from __future__ import annotations
 
 from .registry import KERNELS, kernel  # noqa: F401
 from . import basic  # noqa: F401,E402
+from . import nn  # noqa: F401,E402
+from . import tensor  # noqa: F401,E402

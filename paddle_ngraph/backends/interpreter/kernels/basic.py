@@ -121,7 +121,7 @@ def _matmul(node, args, transport):
         a = np.swapaxes(a, -1, -2)
     if node.attrs["transpose_b"] and b.ndim >= 2:
         b = np.swapaxes(b, -1, -2)
-    return [np.ascontiguousarray(np.matmul(a, b)).astype(_dtype(node), copy=False)]
+    return [np.asarray(np.matmul(a, b), dtype=_dtype(node), order="C")]
 
 
 _REDUCE = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min}

