@@ -1,0 +1,71 @@
+"""One rank of a data-parallel equivalence run (started by the tests under mpirun).
+
+Trains the model for each optimizer on this rank's shard of every global batch
+and writes the final parameters and the losses to <out>/<optimizer>_rank<r>.npz.
+Each rank initializes with a different seed: equality with the one-process
+reference also proves that rank 0's start-up broadcast took effect.
+"""
+import argparse
+import os
+import sys
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+
+import paddle_ngraph  # noqa: E402
+from paddle_ngraph.distributed import make_transport  # noqa: E402
+from paddle_ngraph.zoo import build_program, digits_as_mnist, shard  # noqa: E402
+
+LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}
+
+
+def parameter_names(main):
+    if paddle.framework.in_pir_mode():
+        return sorted(op.attrs()["parameter_name"] for op in main.global_block().ops if op.name() == "builtin.parameter")
+    return sorted(p.name for p in main.all_parameters())
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="mnist_mlp")
+    p.add_argument("--optimizers", default="sgd,momentum,adam")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--bucket-mb", type=float, default=32)
+    p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--reference", action="store_true", help="plain Paddle, one process, global batch")
+    args = p.parse_args()
+    paddle.enable_static()
+    transport = make_transport("null" if args.reference else None)
+    rank, nranks = transport.rank, transport.size
+    world = int(os.environ.get("DP_WORLD", nranks))
+    x, y = digits_as_mnist()
+    if args.model != "mnist_mlp":
+        x = x.reshape(-1, 1, 28, 28)
+    guard = paddle.pir_utils.OldIrGuard() if args.ir == "legacy" else paddle.pir_utils.IrGuard()
+    with guard:
+        for opt in args.optimizers.split(","):
+            main_prog, startup, _, loss = build_program(args.model, opt, LR[opt], seed=1 + rank)
+            scope = paddle.static.Scope()
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            with paddle.static.scope_guard(scope):
+                exe.run(startup)
+                if not args.reference:
+                    paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb)
+                losses = []
+                for step in range(args.steps):
+                    if args.reference:
+                        xb, yb = shard(x, y, args.batch * world, 0, 1, step)
+                    else:
+                        xb, yb = shard(x, y, args.batch, rank, nranks, step)
+                    losses.append(float(exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]))
+                params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main_prog)}
+            np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses), **params)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Running a script on N ranks under the real mpirun of the Open MPI wheel."""
+import os
+import subprocess
+import sys
+
+VENV_BIN = os.path.dirname(sys.executable)
+MPIRUN = os.path.join(VENV_BIN, "mpirun")
+
+
+def mpirun(nranks: int, script: str, *args, timeout: float = 240, env=None):
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(nranks),
+           sys.executable, script, *map(str, args)]
+    full_env = dict(os.environ, GLOG_minloglevel="2", OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)

@@ -1,0 +1,21 @@
+"""Ranks given different programs fail fast, every one of them, naming the ranks and the first differing op."""
+import os
+import time
+
+from mpi_util import mpirun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_mismatched_programs_fail_on_every_rank_within_30s():
+    start = time.monotonic()
+    proc = mpirun(3, os.path.join(HERE, "mismatch_worker.py"), timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 30 + 15  # 30 s for the check itself; process start-up of 3 Paddle ranks on 2 cores on top
+    out = proc.stdout
+    for rank in range(3):
+        line = next((l for l in out.splitlines() if l.startswith(f"[rank {rank}] ERROR")), None)
+        assert line is not None, out[-3000:] + proc.stderr[-2000:]
+        assert "differ between ranks" in line and "rank(s) [1]" in line and "first difference at op" in line, line
+        assert "500" in line and "600" in line, line

@@ -1,0 +1,58 @@
+"""N ranks with per-rank batch b train exactly like one process on the concatenated batch N*b.
+
+Real mpirun, real processes; every rank ends with bitwise identical parameters.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from mpi_util import mpirun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "dp_worker.py")
+OPTIMIZERS = ["sgd", "momentum", "adam"]
+
+
+def run_reference(tmp, world, ir):
+    import subprocess
+    import sys
+
+    out = tmp / f"ref{world}"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, WORKER, "--reference", "--ir", ir, "--out", str(out)],
+                          capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, DP_WORLD=str(world), GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def check(ref_dir, run_dir, nranks, optimizer):
+    ref = np.load(ref_dir / f"{optimizer}_rank0.npz")
+    ranks = [np.load(run_dir / f"{optimizer}_rank{r}.npz") for r in range(nranks)]
+    names = [k for k in ref.files if k != "losses"]
+    assert len(names) == 4
+    for r in ranks[1:]:
+        for name in names:
+            np.testing.assert_array_equal(r[name], ranks[0][name], err_msg=f"{optimizer}: {name} differs between ranks")
+    # Each rank's loss is the mean over its shard; their average is the global batch's loss.
+    mean_loss = np.mean([r["losses"] for r in ranks], axis=0)
+    np.testing.assert_allclose(mean_loss, ref["losses"], rtol=1e-5)
+    for name in names:
+        got, want = ranks[0][name], ref[name]
+        if optimizer == "adam":  # see tests/transpiler/test_transpile_mlp.py: assert_parameters_close
+            assert np.linalg.norm(got - want) / np.linalg.norm(want) <= 1e-5, name
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=f"{optimizer}: {name}")
+
+
+@pytest.mark.parametrize("nranks,ir", [(1, "pir"), (2, "pir"), (2, "legacy"), (4, "pir")])
+def test_ranks_equal_one_process_on_concatenated_batch(tmp_path, nranks, ir):
+    ref = run_reference(tmp_path, nranks, ir)
+    out = tmp_path / "run"
+    out.mkdir()
+    proc = mpirun(nranks, WORKER, "--ir", ir, "--out", out, "--bucket-mb", 1)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for optimizer in OPTIMIZERS:
+        check(ref, out, nranks, optimizer)

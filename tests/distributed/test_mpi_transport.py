@@ -1,0 +1,45 @@
+"""The MPI transport against NumPy: every dtype and reduction, sizes 1 element to 64 MB."""
+import os
+
+import numpy as np
+import pytest
+
+from mpi_util import mpirun
+from paddle_ngraph.distributed import NullTransport, detect_launcher
+from paddle_ngraph.distributed.mpi import _bf16_to_f32, _f32_to_bf16
+from paddle_ngraph.errors import TransportError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_collectives_match_numpy(nranks):
+    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all collectives match NumPy") == nranks
+
+
+def test_bfloat16_conversion_rounds_to_nearest_even():
+    values = np.array([1.0, -2.5, 3.1415926, 1e-3, 65504.0], dtype=np.float32)
+    back = _bf16_to_f32(_f32_to_bf16(values))
+    np.testing.assert_allclose(back, values, rtol=2 ** -8)
+    # 1 + 2^-8 is halfway between two bfloat16 values: ties go to the even one (1.0).
+    assert _bf16_to_f32(_f32_to_bf16(np.array([1 + 2 ** -8], np.float32)))[0] == 1.0
+
+
+def test_null_transport_is_identity_and_refuses_peers():
+    t = NullTransport()
+    a = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(t.allreduce(a, "avg"), a)
+    with pytest.raises(TransportError, match="unknown reduction 'mean'"):
+        t.allreduce(a, "mean")
+    with pytest.raises(TransportError, match="no peer"):
+        t.send(a, 1)
+
+
+def test_launcher_detection():
+    assert detect_launcher({}).launcher == "none"
+    info = detect_launcher({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2"})
+    assert (info.launcher, info.rank, info.size) == ("mpirun", 2, 4)
+    info = detect_launcher({"PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ID": "1", "PADDLE_MASTER": "127.0.0.1:1234"})
+    assert (info.launcher, info.rank, info.size, info.master) == ("paddle", 1, 2, "127.0.0.1:1234")
