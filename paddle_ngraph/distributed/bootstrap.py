@@ -51,7 +51,8 @@ def make_transport(name: str | None = None):
             raise ConfigError("transport 'mpi' cannot join processes started by paddle.distributed.launch "
                               "(MPI singletons cannot connect); use mpirun, or the 'ccl' transport")
         return MpiTransport()
-    if key in ("ccl", "mlsl"):
-        raise ConfigError("transport 'ccl' (oneCCL, MLSL's successor) is not available in this build; "
-                          "launch with mpirun to use the 'mpi' transport")
+    if key in ("ccl", "mlsl"):  # "mlsl": nGraph's name for Intel's CPU transport, now oneCCL
+        from .ccl import CclTransport
+
+        return CclTransport()
     raise ConfigError(f"unknown transport '{name}'; valid: null, mpi, ccl (alias mlsl)")

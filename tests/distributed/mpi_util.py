@@ -8,7 +8,8 @@ MPIRUN = os.path.join(VENV_BIN, "mpirun")
 
 
 def mpirun(nranks: int, script: str, *args, timeout: float = 240, env=None):
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(nranks),
+    exported = [arg for name in (env or {}) for arg in ("-x", name)]
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(nranks), *exported,
            sys.executable, script, *map(str, args)]
     full_env = dict(os.environ, GLOG_minloglevel="2", OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)

@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from launch_util import launch
 from mpi_util import mpirun
+from paddle_ngraph.distributed.ccl import available as ccl_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dp_worker.py")
@@ -54,5 +56,17 @@ def test_ranks_equal_one_process_on_concatenated_batch(tmp_path, nranks, ir):
     out.mkdir()
     proc = mpirun(nranks, WORKER, "--ir", ir, "--out", out, "--bucket-mb", 1)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for optimizer in OPTIMIZERS:
+        check(ref, out, nranks, optimizer)
+
+
+@pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_ccl_under_paddle_launch_equals_one_process(tmp_path, nranks):
+    ref = run_reference(tmp_path, nranks, "pir")
+    out = tmp_path / "run"
+    out.mkdir()
+    code, logs = launch(nranks, WORKER, "--ir", "pir", "--out", out, "--bucket-mb", 1)
+    assert code == 0, logs[-4000:]
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)

@@ -4,8 +4,10 @@ import os
 import numpy as np
 import pytest
 
+from launch_util import launch
 from mpi_util import mpirun
 from paddle_ngraph.distributed import NullTransport, detect_launcher
+from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.distributed.mpi import _bf16_to_f32, _f32_to_bf16
 from paddle_ngraph.errors import TransportError
 
@@ -17,6 +19,24 @@ def test_collectives_match_numpy(nranks):
     proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("all collectives match NumPy") == nranks
+
+
+needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+
+
+@needs_ccl
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ccl_collectives_match_numpy_under_mpirun(nranks):
+    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"), env={"PDNG_TEST_TRANSPORT": "ccl"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all collectives match NumPy") == nranks
+
+
+@needs_ccl
+def test_ccl_collectives_match_numpy_under_paddle_launch():
+    code, logs = launch(2, os.path.join(HERE, "transport_worker.py"))
+    assert code == 0, logs[-4000:]
+    assert all(f"[rank {r}] all collectives match NumPy" in logs for r in range(2))
 
 
 def test_bfloat16_conversion_rounds_to_nearest_even():

@@ -40,7 +40,7 @@ def expected(size, n, dtype, reduction):
 
 
 def main():
-    t = make_transport()
+    t = make_transport(os.environ.get("PDNG_TEST_TRANSPORT") or None)
     failures = []
     for dtype in DTYPES:
         for reduction in REDUCTIONS:

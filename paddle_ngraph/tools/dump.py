@@ -1,0 +1,557 @@
+"""paddle-ngraph-dump: convert a Paddle program and dump the graph IR, optionally data-parallel.
+
+Reads a saved program (legacy ProgramDesc ``.pdmodel`` or a PIR program saved
+as ``.json``) or calls ``module:function`` returning a program, converts it
+with ``paddle_ngraph.convert``, runs ``InsertAllReduce`` for ``--nranks`` ranks
+through the pass manager and writes the function as JSON, text, Graphviz DOT or
+SVG. ``--report`` prints op coverage, parameter sizes, gradient buckets and the
+communication volume per step.
+
+Exit codes: 0 done; 2 bad usage or unreadable input (one line on stderr);
+3 unsupported Paddle ops (listed on stderr with their locations).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from collections import Counter, defaultdict
+
+os.environ.setdefault("GLOG_minloglevel", "2")
+
+PROG = "paddle-ngraph-dump"
+EXIT_OK, EXIT_USAGE, EXIT_UNSUPPORTED = 0, 2, 3
+FORMATS = ("text", "json", "dot", "svg")
+COLLECTIVE_OPS = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"}
+DOT_MISSING = "Graphviz 'dot' not found; install graphviz (apt-get install graphviz) or use --format dot"
+_MODULE_FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+EPILOG = """\
+input:
+  a saved program: a legacy ProgramDesc (.pdmodel, or any name not ending in .json)
+  or a PIR program saved by Paddle (.json); or module:function, a Python function
+  returning a Program or a tuple whose first item is one (as build_program does).
+
+output:
+  --format text (default), json (paddle_ngraph.ir.from_json reads it back), dot
+  (Graphviz, clusters for inputs, forward, backward, collectives, update) or svg
+  (needs -o and Graphviz 'dot'). --report prints the report on stdout; the graph
+  is then written only if -o is given.
+
+examples:
+  paddle-ngraph-dump mnist.pdmodel                        # text form of the function
+  paddle-ngraph-dump mnist.json --format json -o f.json   # a PIR program saved by Paddle
+  paddle-ngraph-dump paddle_ngraph.zoo:build_program --ir legacy --report
+  paddle-ngraph-dump mnist.pdmodel --nranks 4 --bucket-mb 1 --bandwidth 12.5 --report
+  paddle-ngraph-dump mnist.pdmodel --nranks 2 --format svg -o mnist.svg
+  paddle-ngraph-dump mnist.pdmodel --nranks 2 --passes dumps/   # dumps/NN_<pass>.json|.txt
+
+exit codes:
+  0  done
+  2  bad usage or unreadable input (one line on stderr naming the file)
+  3  the program has Paddle ops without a converter (listed on stderr)
+"""
+
+
+class ToolError(Exception):
+    """A failure reported as one line on stderr with exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ToolError(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("program", help="saved program (.pdmodel or PIR .json) or module:function returning a program")
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("-o", "--output", help="output file (default: stdout; required for svg)")
+    p.add_argument("--report", action="store_true",
+                   help="print op coverage, parameter sizes, buckets and communication volume on stdout")
+    p.add_argument("--nranks", type=int, default=1, help="data-parallel ranks; > 1 inserts AllReduce (default: 1)")
+    p.add_argument("--bucket-mb", type=float, default=32.0,
+                   help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient (default: 32)")
+    p.add_argument("--bandwidth", type=float, default=10.0,
+                   help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
+    p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
+    p.add_argument("--ir", choices=("pir", "legacy"),
+                   help="for module:function only: build the program under this Paddle IR (default: Paddle's)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
+    return p
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0].strip() if text else ""
+    return f"{type(e).__name__}: {line}" if line else type(e).__name__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+
+
+# --- input ---------------------------------------------------------------------------------------
+def _is_program(obj) -> bool:
+    import paddle
+
+    return isinstance(obj, (paddle.base.framework.Program, paddle.pir.Program))
+
+
+def _call_module_function(spec: str, ir: str | None):
+    module_name, func_name = spec.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or anything the module raises while importing
+        raise ToolError(f"{spec}: cannot import module '{module_name}': {_first_line(e)}") from None
+    obj = module
+    for part in func_name.split("."):
+        if not hasattr(obj, part):
+            raise ToolError(f"{spec}: module '{module_name}' has no attribute '{func_name}'")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ToolError(f"{spec}: '{func_name}' is a {type(obj).__name__}, not a function")
+    import paddle
+
+    guard = {"legacy": paddle.pir_utils.OldIrGuard, "pir": paddle.pir_utils.IrGuard}.get(ir, contextlib.nullcontext)
+    try:
+        with guard():
+            result = obj()
+    except Exception as e:
+        raise ToolError(f"{spec}: calling {func_name}() failed: {_one_line(_first_line(e))}") from e
+    program = result[0] if isinstance(result, (tuple, list)) and result else result
+    if not _is_program(program):
+        raise ToolError(f"{spec}: {func_name}() returned {type(result).__name__}, not a Paddle Program "
+                        f"(or a tuple whose first item is one)")
+    return program
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced(enabled: bool = True):
+    """Sends file descriptor 2 to /dev/null: Paddle's C++ loaders (protobuf, glog) print
+    their own lines there on bad input, which our one-line error replaces."""
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def load_view(spec: str, ir: str | None, quiet: bool = True):
+    """Returns (label, ProgramView); ToolError (one line) on any failure.
+
+    ``quiet``: silence what Paddle's native code prints on stderr while loading a file.
+    """
+    import paddle
+
+    from ..errors import NgraphError
+    from ..frontend import SKIPPED_OPS, decode
+
+    # Paddle's legacy Program.parse_from_string fails in dynamic mode ("`type` to
+    # initialized an Operator can not be None"): the tool always works in static mode.
+    paddle.enable_static()
+    if not os.path.exists(spec) and _MODULE_FUNCTION.match(spec):
+        label, source = spec, _call_module_function(spec, ir)
+    else:
+        if ir is not None:
+            raise ToolError(f"{spec}: --ir applies to module:function inputs only; a saved file says its own IR")
+        label, source = spec, spec
+    try:
+        with _native_stderr_silenced(quiet):
+            view = decode(source)
+    except NgraphError as e:  # ProgramFileError names the file already
+        message = _one_line(e)
+        raise ToolError(message if label in message else f"{label}: {message}") from None
+    except OSError as e:
+        raise ToolError(f"{label}: cannot read: {e.strerror or _first_line(e)}") from None
+    except Exception as e:  # whatever else Paddle's loaders raise on bad input
+        raise ToolError(f"{label}: cannot load this program: {_one_line(_first_line(e))}") from e
+    if not any(op.type not in SKIPPED_OPS for op in view.ops if op.block == 0):
+        raise ToolError(f"{label}: the program has no ops to convert (empty, truncated or not a program)")
+    return label, view
+
+
+# --- conversion and passes -------------------------------------------------------------------------
+def ir_ops_per_paddle_op(view) -> dict[str, Counter]:
+    """Paddle op type -> Counter of the IR op types its converter builds (block 0, converted op by op)."""
+    from ..frontend import SKIPPED_OPS, ConversionSession
+    from ..ir.ops.core import Parameter
+
+    session = ConversionSession(view)
+    produced: dict[str, Counter] = defaultdict(Counter)
+    seen: set[int] = set()
+    for op in view.ops:
+        if op.block != 0 or op.type in SKIPPED_OPS:
+            continue
+        session.convert_ops([op])
+        stack = [session.env[n].node for n in op.output_names() if n in session.env]
+        while stack:
+            node = stack.pop()
+            if node.id in seen or isinstance(node, Parameter):
+                continue
+            seen.add(node.id)
+            produced[op.type][node.op_type] += 1
+            stack.extend(i.node for i in node.inputs)
+    return produced
+
+
+# --- graph classification and DOT -------------------------------------------------------------------
+def classify(function) -> dict[int, str]:
+    """Node id -> input, forward, backward, collective or update.
+
+    update: OptimizerUpdate subclasses; collective: AllReduce, Broadcast, AllGather,
+    ReduceScatter, Send, Recv; backward: an op type ending in 'Backprop', or a node
+    that transitively consumes one's output (constant-only subgraphs that feed only
+    backward nodes go with them); forward: everything else.
+    """
+    from ..ir.ops.core import Parameter
+    from ..ir.ops.optimizer import OptimizerUpdate
+
+    nodes = function.ordered_nodes()
+    kind: dict[int, str] = {}
+    tainted: dict[int, bool] = {}
+    variable: dict[int, bool] = {}  # depends on a graph input
+    for node in nodes:
+        tainted[node.id] = node.op_type.endswith("Backprop") or any(tainted[i.node.id] for i in node.inputs)
+        variable[node.id] = isinstance(node, Parameter) or any(variable[i.node.id] for i in node.inputs)
+        if isinstance(node, Parameter):
+            kind[node.id] = "input"
+        elif isinstance(node, OptimizerUpdate):
+            kind[node.id] = "update"
+        elif node.op_type in COLLECTIVE_OPS:
+            kind[node.id] = "collective"
+        else:
+            kind[node.id] = "backward" if tainted[node.id] else "forward"
+    users = function.users()
+    results = {o.node.id for o in function.results.values()}
+    for node in reversed(nodes):
+        if kind[node.id] == "forward" and not variable[node.id] and node.id not in results:
+            consumers = users.get(node.id, [])
+            if consumers and all(kind[u.id] == "backward" for u in consumers):
+                kind[node.id] = "backward"
+    return kind
+
+
+def _dot_escape(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_CLUSTERS = [
+    ("input", "inputs: feeds, parameters, state", "lightgrey"),
+    ("forward", "forward", "lightblue"),
+    ("backward", "backward", "lightsalmon"),
+    ("collective", "collectives", "gold"),
+    ("update", "optimizer update", "palegreen"),
+]
+
+
+def to_dot(function) -> str:
+    from ..ir.ops.core import Parameter
+
+    kind = classify(function)
+    nodes = function.ordered_nodes()
+    lines = [f'digraph "{_dot_escape(function.name)}" {{',
+             "  rankdir=TB;",
+             '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
+             '  edge [fontname="Helvetica", fontsize=8, color="#555555"];']
+    for key, title, color in _CLUSTERS:
+        members = [n for n in nodes if kind[n.id] == key]
+        if not members:
+            continue
+        label = title
+        if key == "collective":
+            nbytes = sum(i.type.nbytes() for n in members for i in n.inputs)
+            label = f"{title}: {len(members)} node(s), {_human_bytes(nbytes)} per step"
+        lines.append(f"  subgraph cluster_{key} {{")
+        lines.append(f'    label="{_dot_escape(label)}"; style="rounded"; color="#888888"; fontname="Helvetica";')
+        for n in members:
+            types = ", ".join(str(t) for t in n.output_types)
+            head = f"{n.op_type} ({n.attrs['role']})" if isinstance(n, Parameter) else n.op_type
+            label = f"{head}\n{n.name}\n{types}"
+            if n.op_type in COLLECTIVE_OPS:
+                extra = [f"{k}={v}" for k, v in n.attrs.items() if v not in ("", None)]
+                extra.append(f"{len(n.inputs)} tensor(s), {_human_bytes(sum(i.type.nbytes() for i in n.inputs))}")
+                label += "\n" + ", ".join(extra)
+            lines.append(f'    n{n.id} [label="{_dot_escape(label)}", fillcolor="{color}"];')
+        lines.append("  }")
+    lines.append("  subgraph cluster_results {")
+    lines.append('    label="results"; style="rounded"; color="#888888"; fontname="Helvetica";')
+    for i, (name, out) in enumerate(function.results.items()):
+        lines.append(f'    r{i} [label="{_dot_escape(name)}\\n{_dot_escape(out.type)}", shape=ellipse, fillcolor=white];')
+    lines.append("  }")
+    for n in nodes:
+        for inp in n.inputs:
+            attr = f' [label=":{inp.index}"]' if len(inp.node.output_types) > 1 else ""
+            lines.append(f"  n{inp.node.id} -> n{n.id}{attr};")
+    for i, out in enumerate(function.results.values()):
+        attr = f' [label=":{out.index}"]' if len(out.node.output_types) > 1 else ""
+        lines.append(f"  n{out.node.id} -> r{i}{attr};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# --- report ------------------------------------------------------------------------------------------
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def _human_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def coverage_lines(view, produced: dict | None) -> list[str]:
+    from ..frontend import OP_TABLE, SKIPPED_OPS
+
+    counts, roles, blocks = Counter(), defaultdict(list), defaultdict(set)
+    for op in view.ops:
+        counts[op.type] += 1
+        if op.role not in roles[op.type]:
+            roles[op.type].append(op.role)
+        blocks[op.type].add(op.block)
+    missing = [t for t in counts if t not in OP_TABLE and t not in SKIPPED_OPS]
+    status = "all converted" if not missing else f"{len(missing)} type(s) without a converter"
+    lines = [f"Paddle op coverage: {len(view.ops)} ops, {len(counts)} types; {status}",
+             f"  {'op type':<40} {'count':>5}  {'role':<18} {'converter':<9}  IR ops"]
+    for t in counts:
+        conv = "yes" if t in OP_TABLE else "skip" if t in SKIPPED_OPS else "no"
+        if conv == "skip":
+            ir_ops = "- (no computation)"
+        elif produced is not None and t in produced:
+            ir_ops = ", ".join(f"{k}" + (f" x{v}" if v > 1 else "") for k, v in sorted(produced[t].items()))
+        elif conv == "yes" and blocks[t] != {0}:
+            ir_ops = "- (not in block 0: not converted)"
+        else:
+            ir_ops = "-"
+        lines.append(f"  {t:<40} {counts[t]:>5}  {'/'.join(roles[t]):<18} {conv:<9}  {ir_ops}")
+    lines.append("  (converter: yes = has a converter, skip = carries no computation, no = unsupported;")
+    lines.append("   IR ops: node types the converter built for all ops of that type, including any no result uses)")
+    return lines
+
+
+def report(label, view, function, produced, args, allreduce_pass) -> str:
+    from ..ir.ops.core import Parameter
+
+    nodes = function.ordered_nodes()
+    ir_name = {"legacy": "legacy ProgramDesc", "pir": "PIR program"}.get(view.ir, view.ir)
+    nblocks = len({op.block for op in view.ops})
+    out = [f"{PROG} report: {label}",
+           f"program: {ir_name}, {len(view.ops)} ops in {nblocks} block(s)",
+           f"function: {function.name}, {len(function.parameters)} parameters, {len(function.results)} results, "
+           f"{len(nodes)} nodes",
+           ""]
+    out += coverage_lines(view, produced)
+    hist = Counter(n.op_type for n in nodes)
+    out += ["", f"IR op types in the function ({len(hist)}):",
+            "  " + ", ".join(f"{k} x{v}" for k, v in sorted(hist.items()))]
+
+    params = [p for p in function.parameters if isinstance(p, Parameter)]
+    groups = {role: [p for p in params if p.attrs["role"] == role] for role in ("parameter", "state", "feed")}
+    trainable = groups["parameter"]
+    total_el = sum(p.output_types[0].num_elements() for p in trainable)
+    total_b = sum(p.output_types[0].nbytes() for p in trainable)
+    out += ["", f"Parameters: {len(trainable)}, {total_el:,} elements, {total_b:,} bytes ({_human_bytes(total_b)})",
+            f"  {'name':<40} {'type':<24} {'elements':>12} {'bytes':>14}"]
+    for p in trainable:
+        t = p.output_types[0]
+        out.append(f"  {p.name:<40} {str(t):<24} {t.num_elements():>12,} {t.nbytes():>14,}")
+    state = groups["state"]
+    state_b = sum(p.output_types[0].nbytes() for p in state)
+    out.append(f"State (optimizer moments, learning rate, ...): {len(state)}, {state_b:,} bytes ({_human_bytes(state_b)})")
+    for p in state:
+        out.append(f"  {p.name:<40} {str(p.output_types[0]):<24} {p.output_types[0].num_elements():>12,} "
+                   f"{p.output_types[0].nbytes():>14,}")
+    out.append("Feeds: " + (", ".join(f"{p.name} {p.output_types[0]}" for p in groups["feed"]) or "none"))
+
+    out += [""] + distributed_lines(function, nodes, args, allreduce_pass)
+    return "\n".join(out)
+
+
+def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
+    n = args.nranks
+    reduces = [x for x in nodes if x.op_type == "AllReduce"]
+    if n <= 1:
+        return ["Data parallel: 1 rank, no AllReduce inserted (use --nranks N to insert them)"]
+    bucket_bytes = int(args.bucket_mb * (1 << 20))
+    lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
+             f"reduction={allreduce_pass.reduction}) inserted {len(reduces)} AllReduce node(s)"]
+    if not reduces:
+        lines.append("  no optimizer update consumes a gradient: nothing to reduce")
+        return lines
+    position = {x.id: i for i, x in enumerate(nodes)}
+    users = function.users()
+    total = 0
+    for k, r in enumerate(reduces):
+        nbytes = sum(i.type.nbytes() for i in r.inputs)
+        total += nbytes
+        params = allreduce_pass.buckets[k] if k < len(allreduce_pass.buckets) else []
+        consumers = users.get(r.id, [])
+        lines.append(f"  {r.attrs['bucket'] or '(no bucket)'}: {r.name}, {len(r.inputs)} gradient(s), "
+                     f"{nbytes:,} bytes ({_human_bytes(nbytes)}), node {position[r.id] + 1} of {len(nodes)} "
+                     f"in topological order")
+        lines.append(f"    parameters: {', '.join(params) or '-'}")
+        lines.append("    after:  " + ", ".join(f"{i.node.name} ({i.node.op_type})" for i in r.inputs))
+        lines.append("    before: " + (", ".join(f"{u.name} ({u.op_type})" for u in consumers) or "-"))
+    per_rank = 2 * (n - 1) / n * total
+    seconds = per_rank / (args.bandwidth * 1e9)
+    lines.append(f"  gradient bytes per step: {total:,} ({_human_bytes(total)}) in {len(reduces)} bucket(s)")
+    lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes): "
+                 f"{per_rank:,.0f} ({_human_bytes(per_rank)})")
+    lines.append(f"  ring lower bound at {args.bandwidth:g} GB/s: {_human_time(seconds)} per step "
+                 f"(bandwidth term only; latency and reduction compute not included)")
+    return lines
+
+
+# --- main ---------------------------------------------------------------------------------------------
+def _write(path: str | None, text: str):
+    if path is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    except OSError as e:
+        raise ToolError(f"{path}: cannot write: {e.strerror or _first_line(e)}") from None
+
+
+def _render_svg(dot_text: str, path: str):
+    dot = shutil.which("dot")
+    if dot is None:
+        raise ToolError(DOT_MISSING)
+    try:
+        proc = subprocess.run([dot, "-Tsvg", "-o", path], input=dot_text, text=True, capture_output=True)
+    except OSError as e:
+        raise ToolError(f"{path}: cannot run Graphviz dot: {e.strerror or _first_line(e)}") from None
+    if proc.returncode != 0:
+        raise ToolError(f"{path}: Graphviz dot failed (exit {proc.returncode}): {_one_line(proc.stderr) or '-'}")
+
+
+def run(args) -> int:
+    from ..errors import NgraphError, UnsupportedOpsError
+    from ..frontend import find_unsupported
+    from ..ir import to_json, to_text
+    from ..passes import InsertAllReduce, PassManager
+    from .. import convert
+
+    if args.nranks < 1:
+        raise ToolError(f"--nranks must be >= 1, got {args.nranks}")
+    if args.bucket_mb < 0:
+        raise ToolError(f"--bucket-mb must be >= 0, got {args.bucket_mb:g}")
+    if args.bandwidth <= 0:
+        raise ToolError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth:g}")
+    if args.format == "svg" and not args.output:
+        raise ToolError("--format svg needs -o/--output FILE")
+    if args.format == "svg" and shutil.which("dot") is None:
+        raise ToolError(DOT_MISSING)
+
+    label, view = load_view(args.program, args.ir, quiet=not args.debug)
+    unsupported = find_unsupported(view)
+    if unsupported:
+        if args.report:
+            _write(None, f"{PROG} report: {label}\n" + "\n".join(coverage_lines(view, None)))
+        error = UnsupportedOpsError(unsupported)
+        error.label = label
+        raise error
+    try:
+        function = convert(view)
+        produced = ir_ops_per_paddle_op(view) if args.report else None
+    except UnsupportedOpsError as e:
+        e.label = label
+        raise
+    except Exception as e:  # ConversionError, or anything a converter raised
+        raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
+
+    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
+    try:
+        PassManager([allreduce], dump_dir=args.passes).run(function)
+    except OSError as e:
+        where = e.filename or args.passes or os.environ.get("PADDLE_NGRAPH_DUMP_PASSES", "")
+        raise ToolError(f"{where}: cannot dump passes: {e.strerror or _first_line(e)}") from None
+    except NgraphError as e:
+        raise ToolError(f"{label}: {_one_line(e)}") from None
+
+    if args.output or not args.report:
+        if args.format == "json":
+            _write(args.output, to_json(function))
+        elif args.format == "text":
+            _write(args.output, to_text(function))
+        elif args.format == "dot":
+            _write(args.output, to_dot(function))
+        else:
+            _render_svg(to_dot(function), args.output)
+    if args.report:
+        _write(None, report(label, view, function, produced, args, allreduce))
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    """Entry point of ``paddle-ngraph-dump``; returns the exit code."""
+    from ..errors import UnsupportedOpsError
+
+    parser = build_parser()
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as e:  # --help
+                return e.code if isinstance(e.code, int) else EXIT_USAGE
+            return run(args)
+    except ToolError as e:
+        if debug:
+            raise
+        print(f"{PROG}: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnsupportedOpsError as e:
+        if debug:
+            raise
+        print(f"{PROG}: {getattr(e, 'label', 'input')}: {e}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    except BrokenPipeError:  # stdout closed early (| head): not an error
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug of ours: still one line, --debug shows the traceback
+        if debug:
+            raise
+        print(f"{PROG}: internal error: {_one_line(_first_line(e))} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
