@@ -25,8 +25,12 @@ FEEDS = {
 
 
 def _data(model: str) -> tuple[dict, list]:
-    """Declares the model's feeds; returns (feeds as name -> (shape, dtype), variables)."""
-    spec = {name: (shape, dtype) for name, (shape, dtype, _) in FEEDS[model].items()}
+    """Declares the model's feeds; returns (feeds as name -> (shape, dtype), variables).
+
+    Floating-point feeds follow ``paddle.get_default_dtype()``, as the parameters do, so that
+    ``paddle.set_default_dtype("float64")`` builds the whole model in float64."""
+    default = paddle.get_default_dtype()
+    spec = {name: (shape, default if dtype == "float32" else dtype) for name, (shape, dtype, _) in FEEDS[model].items()}
     return spec, [paddle.static.data(name, shape, dtype) for name, (shape, dtype) in spec.items()]
 
 

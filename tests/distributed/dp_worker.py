@@ -37,12 +37,15 @@ def main():
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--out", required=True)
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, global batch")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = p.parse_args()
     paddle.enable_static()
     transport = make_transport("null" if args.reference else None)
     rank, nranks = transport.rank, transport.size
     world = int(os.environ.get("DP_WORLD", nranks))
+    paddle.set_default_dtype(args.dtype)
     x, y = digits_as_mnist()
+    x = x.astype(args.dtype)
     if args.model != "mnist_mlp":
         x = x.reshape(-1, 1, 28, 28)
     guard = paddle.pir_utils.OldIrGuard() if args.ir == "legacy" else paddle.pir_utils.IrGuard()

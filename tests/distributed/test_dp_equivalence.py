@@ -16,13 +16,14 @@ WORKER = os.path.join(HERE, "dp_worker.py")
 OPTIMIZERS = ["sgd", "momentum", "adam"]
 
 
-def run_reference(tmp, world, ir):
+def run_reference(tmp, world, ir, model="mnist_mlp", steps=20, dtype="float32", optimizers="sgd,momentum,adam"):
     import subprocess
     import sys
 
     out = tmp / f"ref{world}"
     out.mkdir()
-    proc = subprocess.run([sys.executable, WORKER, "--reference", "--ir", ir, "--out", str(out)],
+    proc = subprocess.run([sys.executable, WORKER, "--reference", "--ir", ir, "--model", model, "--steps", str(steps),
+                           "--dtype", dtype, "--optimizers", optimizers, "--out", str(out)],
                           capture_output=True, text=True, timeout=240,
                           env=dict(os.environ, DP_WORLD=str(world), GLOG_minloglevel="2"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -33,7 +34,7 @@ def check(ref_dir, run_dir, nranks, optimizer):
     ref = np.load(ref_dir / f"{optimizer}_rank0.npz")
     ranks = [np.load(run_dir / f"{optimizer}_rank{r}.npz") for r in range(nranks)]
     names = [k for k in ref.files if k != "losses"]
-    assert len(names) == 4
+    assert len(names) >= 4
     for r in ranks[1:]:
         for name in names:
             np.testing.assert_array_equal(r[name], ranks[0][name], err_msg=f"{optimizer}: {name} differs between ranks")
@@ -70,3 +71,22 @@ def test_ccl_under_paddle_launch_equals_one_process(tmp_path, nranks):
     assert code == 0, logs[-4000:]
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)
+
+
+@pytest.mark.parametrize("dtype,optimizers", [("float32", "sgd,momentum"), ("float64", "adam")])
+def test_cnn_two_ranks_equal_one_process(tmp_path, dtype, optimizers):
+    """The LeNet CNN (conv2d, pool2d, relu, fc) on 2 ranks under mpirun.
+
+    Adam is checked in float64: in float32, the mean of two half-batch gradients and the
+    gradient of the whole batch differ by rounding (~1e-7), and on this CNN Adam's
+    per-element normalization amplifies that about tenfold per step (1e-3 after 8 steps,
+    in every tensor). In float64 the same comparison holds to 1e-5, which shows the
+    distributed algorithm is exact and the float32 drift is rounding."""
+    ref = run_reference(tmp_path, 2, "pir", model="lenet", steps=10, dtype=dtype, optimizers=optimizers)
+    out = tmp_path / "run"
+    out.mkdir()
+    proc = mpirun(2, WORKER, "--ir", "pir", "--model", "lenet", "--steps", 10, "--dtype", dtype,
+                  "--optimizers", optimizers, "--out", out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for optimizer in optimizers.split(","):
+        check(ref, out, 2, optimizer)
