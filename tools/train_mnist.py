@@ -31,7 +31,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import numpy as np
     import paddle
 
     import paddle_ngraph

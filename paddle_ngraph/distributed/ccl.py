@@ -41,8 +41,8 @@ def _binding():
     try:
         from .. import _ccl
     except ImportError as e:
-        raise ConfigError("the 'ccl' transport is not built: install oneCCL with `pip install "
-                          "'paddle_ngraph[ccl]'` (oneccl-cpu==2021.16.2) and rebuild paddle_ngraph "
+        raise ConfigError("the 'ccl' transport is not built: install oneCCL with `pip install --no-deps "
+                          "oneccl-cpu==2021.16.2 oneccl-cpu-devel==2021.16.2` and rebuild paddle_ngraph "
                           f"({e})") from None
     return _ccl
 

@@ -5,7 +5,8 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize
+from .program_view import (BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+                           paddle_load_error, read_program_bytes)
 
 # op_role bits (paddle/fluid/framework/op_proto_maker.h)
 _ROLE_BACKWARD, _ROLE_OPTIMIZE, _ROLE_LRSCHED = 0x0001, 0x0002, 0x0010
@@ -73,13 +74,7 @@ def load_program_file(path: str):
     """Reads a serialized ProgramDesc; any failure is one line naming the file."""
     import paddle
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ProgramFileError(f"{path}: cannot read: {e.strerror}") from None
-    if not data:
-        raise ProgramFileError(f"{path}: empty file, not a ProgramDesc")
+    data = read_program_bytes(path)
     # Parse with protobuf first: it fails cleanly on garbage, where Paddle's
     # parser can abort the process.
     from paddle.base.proto import framework_pb2
@@ -97,8 +92,7 @@ def load_program_file(path: str):
     try:
         program = paddle.base.framework.Program.parse_from_string(data)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ProgramFileError(f"{path}: Paddle could not load this ProgramDesc: {first}") from None
+        raise paddle_load_error(path, "ProgramDesc", e) from None
     finally:
         if was_dynamic:
             paddle.disable_static()

@@ -12,7 +12,8 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize
+from .program_view import (BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+                           paddle_load_error, read_program_bytes)
 
 _BOOKKEEPING_ATTRS = {"op_callstack", "stop_gradient", "struct_name", "place", "persistable",
                       "op_role", "chunk_id", "op_namescope"}
@@ -48,7 +49,6 @@ def _roles(ops) -> list[str]:
     first_grad = next((i for i, op in enumerate(ops) if op.name().endswith("_grad")), None)
     roles = []
     for i, op in enumerate(ops):
-        name = op.name()
         if _is_optimizer(op):
             roles.append(OPTIMIZE)
         elif first_grad is not None and i >= first_grad:
@@ -171,11 +171,7 @@ def load_program_file(path: str):
     """Reads a PIR program saved as JSON; any failure is one line naming the file."""
     import paddle
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ProgramFileError(f"{path}: cannot read: {e.strerror}") from None
+    data = read_program_bytes(path)
     # Validate before handing the file to Paddle, whose reader aborts on some bad input.
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -187,8 +183,7 @@ def load_program_file(path: str):
     try:
         paddle.base.core.deserialize_pir_program(path, program, -1)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ProgramFileError(f"{path}: Paddle could not load this PIR program: {first}") from None
+        raise paddle_load_error(path, "PIR program", e) from None
     return program
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import ProgramFileError
 from ..ir.types import DType
 
 FORWARD, BACKWARD, OPTIMIZE = "forward", "backward", "optimize"
@@ -74,3 +75,22 @@ class ProgramView:
             except (KeyError, AttributeError):
                 raise KeyError(f"value {handle!r} is not defined in this program") from None
         return handle.name
+
+
+def read_program_bytes(path: str) -> bytes:
+    """The bytes of a saved program; a failure is one ProgramFileError line naming the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProgramFileError(f"{path}: cannot read: {e.strerror}") from None
+    if not data:
+        raise ProgramFileError(f"{path}: empty file, not a saved program")
+    return data
+
+
+def paddle_load_error(path: str, what: str, error: Exception) -> ProgramFileError:
+    """Paddle's own loader failed: keep the first line of its message, name the file."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return ProgramFileError(f"{path}: Paddle could not load this {what}: {first}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import SerializationError, ValidationError
 from .function import Function
-from .node import Node, Output, op_class
+from .node import Node, op_class
 from .ops.core import Constant, Parameter
 
 FORMAT = "paddle_ngraph.function"

@@ -6,7 +6,6 @@ enters, so it can reduce the gradient right before the update consumes it.
 from __future__ import annotations
 
 from ..node import Node, register_op
-from ..types import TensorType
 
 __all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"]
 

@@ -34,42 +34,35 @@ for _name in __all__:
     globals()[_name] = _cls
 
 
+class ReductionBackprop(Node):
+    """Inputs (x, gradient of the reduction); the output has the type of x."""
+
+    attributes = {"axes": (), "keep_dims": False}
+    num_inputs = 2
+    reduced_axes = Reduction.reduced_axes
+
+    def infer(self):
+        x = self.input_type(0)
+        self.reduced_axes()
+        self.check(self.input_type(1).dtype == x.dtype, f"gradient dtype differs from {x}")
+        return [x]
+
+
 @register_op
-class ReduceMeanBackprop(Node):
-    """Inputs (x, gradient of the mean). Spreads the gradient evenly over the reduced axes of x.
+class ReduceMeanBackprop(ReductionBackprop):
+    """Spreads the gradient evenly over the reduced axes of x.
 
     The divisor is counted at run time, so a dynamic batch dimension is fine.
     """
 
     op_type = "ReduceMeanBackprop"
-    attributes = {"axes": (), "keep_dims": False}
-    num_inputs = 2
-    reduced_axes = Reduction.reduced_axes
-
-    def infer(self):
-        x = self.input_type(0)
-        self.reduced_axes()
-        self.check(self.input_type(1).dtype == x.dtype, f"gradient dtype differs from {x}")
-        return [x]
-
-
-__all__.append("ReduceMeanBackprop")
 
 
 @register_op
-class ReduceSumBackprop(Node):
-    """Inputs (x, gradient of the sum). Broadcasts the gradient back over the reduced axes of x."""
+class ReduceSumBackprop(ReductionBackprop):
+    """Broadcasts the gradient back over the reduced axes of x."""
 
     op_type = "ReduceSumBackprop"
-    attributes = {"axes": (), "keep_dims": False}
-    num_inputs = 2
-    reduced_axes = Reduction.reduced_axes
-
-    def infer(self):
-        x = self.input_type(0)
-        self.reduced_axes()
-        self.check(self.input_type(1).dtype == x.dtype, f"gradient dtype differs from {x}")
-        return [x]
 
 
-__all__.append("ReduceSumBackprop")
+__all__ += ["ReduceMeanBackprop", "ReduceSumBackprop"]
