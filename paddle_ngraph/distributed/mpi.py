@@ -142,6 +142,9 @@ class MpiTransport(Transport):
     def allgather_object(self, obj):
         return self.comm.allgather(obj)
 
+    def _abort(self):
+        self.comm.Abort(1)
+
     def close(self):
         for op in self._half_ops.values():
             op.Free()

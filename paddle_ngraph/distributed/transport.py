@@ -81,6 +81,20 @@ class Transport:
     def close(self):
         pass
 
+    def abort(self, message: str):
+        """Ends every rank of the job after an error on this one; prints the message first."""
+        import sys
+
+        print(f"[rank {self.rank}] paddle_ngraph: aborting the job: {message}", file=sys.stderr, flush=True)
+        self._abort()
+
+    def _abort(self):
+        import os
+
+        # Without the transport's own abort, exiting without a clean shutdown makes the launcher
+        # (mpirun or paddle.distributed.launch) end the other ranks.
+        os._exit(1)
+
     def __repr__(self):
         return f"<{self.name} transport rank {self.rank} of {self.size}>"
 
@@ -111,3 +125,6 @@ class NullTransport(Transport):
 
     def allgather_object(self, obj):
         return [obj]
+
+    def abort(self, message: str):
+        pass  # one process: the exception reaches the caller

@@ -51,7 +51,38 @@ class Engine:
     def run(self, arrays, dtype_codes):
         if len(arrays) != len(self.function.parameters):
             raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {len(self.function.parameters)}")
-        self.check_inputs(arrays, dtype_codes)
+        problem = None
+        try:
+            self.check_inputs(arrays, dtype_codes)
+        except ExecutionError as e:
+            problem = str(e)
+        distributed = self.transport is not None and self.transport.size > 1
+        if distributed:
+            self._agree_on_inputs(problem)
+        elif problem:
+            raise ExecutionError(problem)
+        if not distributed:
+            return self._step(arrays)
+        try:
+            return self._step(arrays)
+        except BaseException as e:
+            # Peers may already be inside a collective that this rank will never join:
+            # take the whole job down rather than leave them waiting.
+            self.transport.abort(f"step {self.steps}: {type(e).__name__}: {e}")
+            raise
+
+    def _agree_on_inputs(self, problem: str | None):
+        """All ranks learn whether any rank's feeds are bad, before any collective of the step, and
+        then fail together naming the ranks: one rank's bad batch must not leave the others waiting."""
+        flag = self.transport.allreduce(np.array([1 if problem else 0], dtype=np.int32), "max", name="input_check")
+        if not flag[0]:
+            return
+        problems = self.transport.allgather_object(problem)
+        bad = [r for r, p in enumerate(problems) if p]
+        details = "; ".join(f"rank {r}: {problems[r]}" for r in bad)
+        raise ExecutionError(f"step {self.steps}: feeds rejected on rank(s) {bad}, so every rank stops: {details}")
+
+    def _step(self, arrays):
         if self._on_first_run is not None:
             self._on_first_run(self, arrays)
             self._on_first_run = None
