@@ -37,3 +37,53 @@ def test_bad_feed_on_one_rank_stops_every_rank_under_paddle_launch():
     assert time.monotonic() - start < 60
     assert code != 0
     assert_all_stopped_naming_rank_1(logs, 2)
+
+
+def _worker_pids(marker: str) -> list[int]:
+    import subprocess
+
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines()
+            if marker in line and "mpirun" not in line and "distributed.launch" not in line
+            and "prterun" not in line and " ps " not in line]
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "paddle"])
+def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
+    """SIGKILL one rank mid-training: every process of the job is gone within 60 s."""
+    import signal
+    import subprocess
+    import sys
+
+    if launcher == "paddle" and not ccl_available():
+        pytest.skip("the ccl transport is not built (oneCCL not installed)")
+    script = os.path.join(HERE, "..", "..", "tools", "train_mnist.py")
+    steps = "987651" if launcher == "mpirun" else "987652"  # a marker to find this job's ranks
+    args = [script, "--steps", steps, "--log-every", "1", "--batch-size", "16"]
+    if launcher == "mpirun":
+        from mpi_util import MPIRUN
+
+        cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, *args]
+    else:
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
+               "--log_dir", str(tmp_path), *args]
+    log = open(tmp_path / "job.log", "w")
+    job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, GLOG_minloglevel="2"))
+    try:
+        deadline = time.monotonic() + 60
+        while len(_worker_pids(f"--steps {steps}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(8)  # let training start
+        victims = _worker_pids(f"--steps {steps}")
+        assert len(victims) == 2, (victims, open(tmp_path / "job.log").read()[-3000:])
+        os.kill(victims[-1], signal.SIGKILL)
+        killed_at = time.monotonic()
+        while _worker_pids(f"--steps {steps}") and time.monotonic() - killed_at < 60:
+            time.sleep(0.5)
+        assert not _worker_pids(f"--steps {steps}"), "ranks left running 60 s after one was killed"
+        assert job.wait(timeout=30) != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+        for pid in _worker_pids(f"--steps {steps}"):
+            os.kill(pid, signal.SIGKILL)
