@@ -11,6 +11,12 @@ from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, 
 
 __version__ = "0.1.0"
 
+# fleet.DistributedStrategy.ngraph and the NgraphOptimizer meta optimizer: installed now if
+# paddle.distributed.fleet is imported, else right after it is (this does not import Paddle).
+from .fleet import install_hooks as _install_fleet_hooks  # noqa: E402
+
+_install_fleet_hooks()
+
 
 def transpile(program, backend: str = "INTERPRETER", **options):
     """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""

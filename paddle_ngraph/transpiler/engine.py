@@ -61,6 +61,10 @@ class Engine:
             self._agree_on_inputs(problem)
         elif problem:
             raise ExecutionError(problem)
+        if self._on_first_run is not None:
+            # Start-up sync: its errors (ranks running different programs) are raised on every rank.
+            self._on_first_run(self, arrays)
+            self._on_first_run = None
         if not distributed:
             return self._step(arrays)
         try:
@@ -83,9 +87,6 @@ class Engine:
         raise ExecutionError(f"step {self.steps}: feeds rejected on rank(s) {bad}, so every rank stops: {details}")
 
     def _step(self, arrays):
-        if self._on_first_run is not None:
-            self._on_first_run(self, arrays)
-            self._on_first_run = None
         outputs = self.executable.call(arrays, self.transport)
         for result_pos, input_pos in self.state_writeback:
             np.copyto(arrays[input_pos], outputs[result_pos], casting="no")

@@ -1,0 +1,273 @@
+"""``NgraphOptimizer``: the fleet meta optimizer of ``strategy.ngraph``, and the hooks into fleet.
+
+Paddle 3.3.1's static collective training does not run on CPU: in PIR mode
+``Fleet._minimize_impl`` fails before choosing a meta optimizer (it calls
+``startup.clone(for_test=False)``, a legacy-only signature); in legacy mode it picks
+``RawProgramOptimizer``, whose NCCL/XPU communicator ops fail with ``comm_id must be
+generated in paddlepaddle-xpu``. So, when ``strategy.ngraph`` is on, the wrapped
+``Fleet._minimize_impl`` takes its own path, which follows Paddle's for the
+bookkeeping (meta optimizers found by ``MetaOptimizerFactory`` and filtered with
+``_can_apply``, ``strategy_compiler``, ``valid_strategy``, the collective runtime) and
+skips those two failing steps. With the flag off, Paddle's own path runs unchanged.
+
+This module imports Paddle: it is imported only once ``paddle.distributed.fleet`` is.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+
+import paddle
+from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
+from paddle.framework import in_dynamic_mode
+
+from ..errors import ConfigError
+from .config import apply_log_level, resolve_config
+
+log = logging.getLogger("paddle_ngraph.fleet")
+
+# Strategy features that change what is computed or communicated; paddle_ngraph runs
+# plain synchronous data parallelism (gradients AllReduced, then the inner optimizer).
+UNSUPPORTED_FEATURES = ("amp", "recompute", "sharding", "pipeline", "tensor_parallel", "gradient_merge",
+                        "lamb", "lars", "dgc", "localsgd", "adaptive_localsgd", "fp16_allreduce", "asp", "qat",
+                        "sync_batch_norm", "elastic", "auto", "semi_auto", "auto_search", "heter_ccl_mode",
+                        "is_fl_ps_mode")
+UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
+                       "moe_sharding_degree")
+# Meta optimizers that implement the plain data parallelism we replace.
+REPLACED = ("RawProgramOptimizer",)
+
+
+def unsupported_features(strategy) -> list[str]:
+    found = [f"strategy.{name}" for name in UNSUPPORTED_FEATURES if getattr(strategy, name, False) is True]
+    try:
+        hybrid = strategy.hybrid_configs
+        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
+                  if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
+    except Exception:  # pragma: no cover - a Paddle without these configs
+        pass
+    return found
+
+
+def check_strategy(strategy) -> None:
+    found = unsupported_features(strategy)
+    if found:
+        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}: paddle_ngraph runs plain "
+                          "synchronous data parallelism (gradients averaged by AllReduce, then the optimizer); "
+                          "turn these off, or turn strategy.ngraph off")
+
+
+def validate_for_fleet(fleet_obj, strategy) -> dict:
+    """Everything that can be checked before minimize; returns the effective configuration."""
+    if in_dynamic_mode():
+        raise ConfigError("strategy.ngraph is for static-graph training: call paddle.enable_static() before "
+                          "building the program (dynamic-graph fleet training is not supported)")
+    if getattr(fleet_obj, "_role_maker", None) is None:
+        raise ConfigError("strategy.ngraph: call fleet.init(is_collective=True) before fleet.distributed_optimizer")
+    if not fleet_obj._is_collective:
+        raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
+                          "(parameter-server mode is not supported)")
+    check_strategy(strategy)
+    return resolve_config(strategy.ngraph_configs)
+
+
+def make_transport_for(config: dict, info):
+    """The transport named by ``config['transport']`` ('auto' follows the launcher)."""
+    from ..distributed import make_transport
+
+    name = config["transport"]
+    if name == "auto":
+        name = "null" if info.size == 1 else {"mpirun": "mpi", "paddle": "ccl", "none": "null"}[info.launcher]
+    if name in ("ccl", "mlsl"):
+        from ..distributed.ccl import CclTransport, _binding
+
+        _binding()  # a clear ConfigError if the ccl transport is not built
+        return CclTransport(timeout_s=int(math.ceil(config["timeout_s"])))
+    return make_transport(name)
+
+
+class NgraphOptimizer(MetaOptimizerBase):
+    """Appends backward and the optimizer with the inner optimizer, then transpiles the program
+    for this launcher's ranks with the configured backend, transport, bucket size and reduction."""
+
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self.inner_opt = optimizer
+        self.meta_optimizers_white_list = []
+        self.meta_optimizers_black_list = []
+        self.config = None
+        self.transport = None
+        self.program = None
+
+    def _can_apply(self):
+        if in_dynamic_mode() or not self.role_maker._is_collective:
+            return False
+        return bool(getattr(self.user_defined_strategy, "ngraph", False))
+
+    def _disable_strategy(self, dist_strategy):
+        dist_strategy.ngraph = False
+
+    def _enable_strategy(self, dist_strategy, context=None):
+        return  # never switched on by strategy.auto: it changes where the program runs
+
+    def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        from .. import transpile
+        from ..distributed import detect_launcher
+
+        config = self.config or resolve_config(self.user_defined_strategy.ngraph_configs)
+        apply_log_level(config["log_level"])
+        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+        info = detect_launcher()
+        self.transport = make_transport_for(config, info)
+        self.program = loss.block.program
+        if config["threads"]:
+            log.info("threads=%d is advisory: the %s backend does not use it", config["threads"], config["backend"])
+        transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
+                  bucket_mb=config["bucket_mb"], reduction=config["reduction"])
+        log.info("rank %d/%d: program transpiled for the %s backend over the %s transport", self.transport.rank,
+                 self.transport.size, config["backend"], self.transport.name)
+        return optimize_ops, params_grads
+
+
+# --- hooks into fleet ---------------------------------------------------------------------------
+_ORIGINALS: dict = {}
+
+
+def _clone_startup(program):
+    try:
+        return program.clone() if paddle.framework.in_pir_mode() else program.clone(for_test=False)
+    except Exception:  # bookkeeping only
+        return program
+
+
+def ngraph_minimize(fleet_obj, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    """``Fleet._minimize_impl`` for ``strategy.ngraph``: Paddle's static collective path without
+    the steps that fail on CPU, with NgraphOptimizer as the one meta optimizer."""
+    from paddle.distributed import fleet
+    from paddle.distributed.fleet.base.meta_optimizer_factory import MetaOptimizerFactory
+    from paddle.distributed.fleet.base.runtime_factory import RuntimeFactory
+
+    strategy = fleet_obj._user_defined_strategy
+    config = validate_for_fleet(fleet_obj, strategy)
+    program = loss.block.program
+    if startup_program is None:
+        startup_program = paddle.static.default_startup_program()
+    fleet_obj.origin_main_program = program
+    fleet_obj.origin_startup_program = _clone_startup(startup_program)
+    context = {"user_defined_strategy": copy.deepcopy(strategy), "origin_main_program": program,
+               "origin_main_programs": [program], "loss": loss, "origin_startup_program": startup_program,
+               "origin_startup_programs": [startup_program], "role_maker": fleet_obj._role_maker}
+
+    strategy_copy = copy.deepcopy(strategy)
+    ours, others, not_applied = None, [], []
+    for opt in MetaOptimizerFactory()._get_valid_meta_optimizers(fleet_obj.user_defined_optimizer):
+        opt._set_basic_info(loss, fleet_obj._role_maker, fleet_obj.user_defined_optimizer, strategy_copy)
+        try:
+            applies = opt._can_apply()
+        except Exception:
+            applies = False
+        if isinstance(opt, NgraphOptimizer) and applies:
+            ours = opt
+        elif applies and type(opt).__name__ not in REPLACED:
+            others.append(type(opt).__name__)
+        else:
+            not_applied.append(opt)
+    if ours is None:  # pragma: no cover - validate_for_fleet checked what _can_apply checks
+        raise ConfigError("strategy.ngraph is on but NgraphOptimizer cannot apply (is the program static and "
+                          "fleet.init(is_collective=True) called?)")
+    if others:
+        raise ConfigError(f"strategy.ngraph cannot be combined with the meta optimizer(s) {', '.join(others)}")
+    ours.config = config
+
+    meta_optimizer, _ = fleet_obj.strategy_compiler.generate_optimizer(
+        loss, fleet_obj._role_maker, fleet_obj.user_defined_optimizer, strategy_copy, [ours], [])
+    try:
+        valid_strategy = fleet_obj.strategy_compiler._get_valid_strategy(strategy_copy, not_applied)
+    except Exception:  # bookkeeping only
+        valid_strategy = strategy_copy
+    context["valid_strategy"] = copy.deepcopy(valid_strategy)
+    context["applied_meta_list"] = fleet_obj.strategy_compiler._get_applied_meta_list()
+    context["applied_graph_list"] = []
+    fleet_obj._context = context
+    fleet_obj.valid_strategy = valid_strategy
+
+    optimize_ops, params_grads = meta_optimizer.minimize(loss, startup_program, parameter_list,
+                                                         no_grad_set=no_grad_set)
+    context["program_optimize_ops"] = optimize_ops
+    context["program_params_grads"] = params_grads
+    if fleet_obj._runtime_handle is None:
+        fleet_obj._runtime_handle = RuntimeFactory()._create_runtime(context)
+    fleet.util._set_strategy(context["valid_strategy"])
+    return optimize_ops, params_grads
+
+
+def _minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+    strategy = getattr(self, "_user_defined_strategy", None)
+    if getattr(strategy, "ngraph", False):
+        return ngraph_minimize(self, loss, startup_program, parameter_list, no_grad_set)
+    return _ORIGINALS["_minimize_impl"](self, loss, startup_program, parameter_list, no_grad_set)
+
+
+def _fleet_distributed_optimizer(self, optimizer, strategy=None):
+    result = _ORIGINALS["Fleet.distributed_optimizer"](self, optimizer, strategy)
+    chosen = getattr(self, "_user_defined_strategy", None)
+    if getattr(chosen, "ngraph", False):
+        validate_for_fleet(self, chosen)  # fails here, on every rank, before any communication
+    return result
+
+
+def _distributed_optimizer(*args, **kwargs):
+    """``fleet.distributed_optimizer``: refuses ``strategy.ngraph`` in dynamic mode, where Paddle
+    would otherwise take its dygraph path silently."""
+    if in_dynamic_mode():
+        strategy = kwargs.get("strategy", args[1] if len(args) > 1 else None)
+        if getattr(strategy, "ngraph", False):
+            validate_for_fleet(None, strategy)
+    return _ORIGINALS["distributed_optimizer"](*args, **kwargs)
+
+
+def _collective_env(self):
+    """Under mpirun without Paddle's launcher variables, Paddle sees one lone worker per process;
+    make ``fleet.worker_index()``/``worker_num()`` report MPI's rank and size instead."""
+    _ORIGINALS["_collective_env"](self)
+    from ..distributed import detect_launcher
+
+    info = detect_launcher()
+    if info.launcher == "mpirun" and info.size > 1 and getattr(self, "_non_distributed", False):
+        self._current_id = info.rank
+        self._trainers_num = info.size
+
+
+def install(fleet_module) -> None:
+    """Registers NgraphOptimizer where the factory looks and wraps the fleet entry points; idempotent."""
+    from paddle.distributed.fleet import meta_optimizers
+    from paddle.distributed.fleet import optimizer as fleet_optimizer
+    from paddle.distributed.fleet.base import meta_optimizer_factory
+    from paddle.distributed.fleet.base.role_maker import PaddleCloudRoleMaker
+    from paddle.distributed.fleet.fleet import Fleet
+
+    if getattr(Fleet, "_paddle_ngraph_installed", False):
+        return
+    meta_optimizers.NgraphOptimizer = NgraphOptimizer
+    meta_optimizer_factory.NgraphOptimizer = NgraphOptimizer  # the factory looks names up in its globals
+    if "NgraphOptimizer" not in meta_optimizer_factory.meta_optimizer_names:
+        meta_optimizer_factory.meta_optimizer_names.append("NgraphOptimizer")
+
+    _ORIGINALS["_minimize_impl"] = Fleet._minimize_impl
+    _ORIGINALS["Fleet.distributed_optimizer"] = Fleet.distributed_optimizer
+    _ORIGINALS["distributed_optimizer"] = fleet_optimizer.distributed_optimizer
+    _ORIGINALS["_collective_env"] = PaddleCloudRoleMaker._collective_env
+    Fleet._minimize_impl = _minimize_impl
+    Fleet.distributed_optimizer = _fleet_distributed_optimizer
+    fleet_optimizer.distributed_optimizer = _distributed_optimizer
+    fleet_module.distributed_optimizer = _distributed_optimizer
+    PaddleCloudRoleMaker._collective_env = _collective_env
+    Fleet._paddle_ngraph_installed = True
+
+
+# Imported directly before Paddle (``import paddle_ngraph.fleet.meta_optimizer``), this module
+# imports fleet itself while half-defined; the hooks are installed now that it is complete.
+from . import install_hooks as _install_hooks  # noqa: E402
+
+_install_hooks()

@@ -1,0 +1,135 @@
+"""examples/fleet_mnist_mlp.py (a plain fleet script plus `import paddle_ngraph` and
+`strategy.ngraph = True`) on 2 ranks, under mpirun and paddle.distributed.launch:
+
+- the mean of the ranks' losses equals, step by step, the loss of the same model trained
+  without fleet in one process on the concatenated batch (rtol 1e-5);
+- ``paddle.static.save`` writes identical parameters on both ranks, equal to the reference's.
+
+And a bad configuration fails on every rank by itself, quickly, with the message.
+"""
+import importlib.util
+import json
+import os
+import pickle
+import re
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+
+from launch_util import launch  # noqa: E402
+from mpi_util import mpirun  # noqa: E402
+
+from paddle_ngraph.distributed.ccl import available as ccl_available  # noqa: E402
+
+EXAMPLE = os.path.join(ROOT, "examples", "fleet_mnist_mlp.py")
+BAD_CONFIG_WORKER = os.path.join(HERE, "bad_config_worker.py")
+STEPS, BATCH, LR, SEED, NRANKS = 12, 16, 0.03, 1, 2
+ARGS = ["--steps", STEPS, "--batch-size", BATCH, "--lr", LR, "--seed", SEED, "--log-every", 1]
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("fleet_mnist_mlp", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_REFERENCE = {}
+
+
+def reference(legacy: bool):
+    """The example's model with a plain optimizer, no fleet, one process, global batch."""
+    if legacy in _REFERENCE:
+        return _REFERENCE[legacy]
+    example = load_example()
+    paddle.enable_static()
+    guard = paddle.pir_utils.OldIrGuard() if legacy else paddle.pir_utils.IrGuard()
+    with guard:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            paddle.seed(SEED)
+            loss = example.build_model()
+            paddle.optimizer.SGD(learning_rate=LR).minimize(loss)
+        scope = paddle.static.Scope()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        x, y = example.load_data()
+        losses = []
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            for step in range(STEPS):
+                xb, yb = example.shard(x, y, BATCH * NRANKS, 0, 1, step)
+                losses.append(float(exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]))
+            names = ["linear_0.w_0", "linear_0.b_0", "linear_1.w_0", "linear_1.b_0"]
+            params = {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+    _REFERENCE[legacy] = (np.array(losses), params)
+    return _REFERENCE[legacy]
+
+
+def rank_losses(output: str) -> np.ndarray:
+    found = {}
+    for rank, step, value in re.findall(r"\[rank (\d+)\] step (\d+) loss (\S+)", output):
+        found[(int(rank), int(step))] = float(value)
+    missing = [(r, s) for r in range(NRANKS) for s in range(STEPS) if (r, s) not in found]
+    assert not missing, f"no loss printed for (rank, step) {missing[:5]}...\n{output[-3000:]}"
+    return np.array([[found[(r, s)] for s in range(STEPS)] for r in range(NRANKS)])
+
+
+def check(output: str, save_dir, legacy: bool):
+    ref_losses, ref_params = reference(legacy)
+    losses = rank_losses(output)
+    assert not np.allclose(losses[0], losses[1]), "both ranks trained on the same shard"
+    # each rank's loss is the mean over its shard; their mean is the loss of the global batch
+    np.testing.assert_allclose(losses.mean(axis=0), ref_losses, rtol=1e-5)
+    saved = []
+    for rank in range(NRANKS):
+        with open(os.path.join(save_dir, f"rank{rank}", "model.pdparams"), "rb") as f:
+            saved.append(pickle.load(f))
+    assert sorted(saved[0]) == sorted(saved[1]) == sorted(ref_params)
+    for name in ref_params:
+        np.testing.assert_array_equal(saved[1][name], saved[0][name], err_msg=f"{name} differs between ranks")
+        np.testing.assert_allclose(saved[0][name], ref_params[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("ir", ["pir", "legacy"])
+def test_example_under_mpirun_equals_one_process_on_the_concatenated_batch(tmp_path, ir):
+    extra = ["--legacy"] if ir == "legacy" else []
+    proc = mpirun(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path, *extra)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    check(proc.stdout, tmp_path, legacy=ir == "legacy")
+
+
+@pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+def test_example_under_paddle_launch_equals_one_process_on_the_concatenated_batch(tmp_path):
+    code, logs = launch(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path)
+    assert code == 0, logs[-4000:]
+    check(logs, tmp_path, legacy=False)
+
+
+@pytest.mark.parametrize("configs,env,message", [
+    ('{"transport": "tcp"}', {},
+     "ConfigError: strategy.ngraph_configs: unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
+    ('{"bucket_size": 1}', {},
+     "ConfigError: strategy.ngraph_configs: unknown key(s) 'bucket_size'; valid keys: backend, bucket_mb,"),
+    ("{}", {"PADDLE_NGRAPH_BUCKET_MB": "big"},
+     "ConfigError: environment variable PADDLE_NGRAPH_BUCKET_MB='big': 'bucket_mb' must be a number"),
+], ids=["transport", "key", "env"])
+def test_a_bad_config_fails_on_every_rank_under_mpirun(tmp_path, configs, env, message):
+    # Do not let mpirun kill the other rank when the first fails: each must fail by itself.
+    env = dict(env, PRTE_MCA_state_base_error_non_zero_exit="0")
+    start = time.monotonic()
+    proc = mpirun(NRANKS, BAD_CONFIG_WORKER, "--configs", configs, "--record", tmp_path, env=env, timeout=120)
+    assert time.monotonic() - start < 60, "a bad configuration must fail fast"
+    for rank in range(NRANKS):
+        path = tmp_path / f"rank{rank}.json"
+        assert path.exists(), f"rank {rank} left no record\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        result = json.loads(path.read_text())
+        assert result["code"] != 0, f"rank {rank} exited 0\n{result['output'][-2000:]}"
+        assert message in result["output"], f"rank {rank}:\n{result['output'][-2000:]}"
+        assert result["output"].count("ConfigError:") == 1, result["output"][-3000:]  # one clear message

@@ -1,0 +1,321 @@
+"""strategy.ngraph / ngraph_configs: validation, precedence, save/load, the shipped defaults,
+the meta optimizer's selection and refusals, and that Paddle is unchanged without the import."""
+import copy
+import filecmp
+import os
+import subprocess
+import sys
+import textwrap
+
+import paddle
+import pytest
+
+import paddle_ngraph
+from paddle_ngraph import ConfigError
+from paddle_ngraph.fleet import config as cfg
+
+import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VALID_KEYS = "valid keys: backend, bucket_mb, log_level, reduction, threads, timeout_s, transport"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("PADDLE_NGRAPH_"):
+            monkeypatch.delenv(key)
+
+
+# --- the flag and the configs ------------------------------------------------------------------
+def test_flag_defaults_to_false_and_takes_booleans_only():
+    s = fleet.DistributedStrategy()
+    assert s.ngraph is False and s.ngraph_configs == {}
+    s.ngraph = True
+    assert s.ngraph is True
+    with pytest.raises(ConfigError, match="strategy.ngraph must be True or False, got int 1"):
+        s.ngraph = 1
+    assert s.ngraph is True
+    with pytest.raises(TypeError, match="not a attribute"):  # Paddle's own check still guards typos
+        s.ngraf = True
+
+
+def test_configs_are_validated_normalized_and_merged():
+    s = fleet.DistributedStrategy()
+    s.ngraph_configs = {"transport": "MPI", "bucket_mb": 8}
+    s.ngraph_configs = {"backend": "interpreter", "reduction": "SUM", "threads": 2, "timeout_s": 1.5,
+                        "log_level": "info"}
+    assert s.ngraph_configs == {"transport": "mpi", "bucket_mb": 8, "backend": "INTERPRETER", "reduction": "sum",
+                                "threads": 2, "timeout_s": 1.5, "log_level": "INFO"}
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"bucket": 1}, "unknown key(s) 'bucket'; " + VALID_KEYS),
+    ({"bucket_mb": "8"}, "'bucket_mb' must be a number, got str '8'"),
+    ({"bucket_mb": -1}, "'bucket_mb' must be >= 0"),
+    ({"threads": 1.5}, "'threads' must be an integer"),
+    ({"threads": True}, "'threads' must be an integer, got bool"),
+    ({"timeout_s": 0}, "'timeout_s' must be > 0"),
+    ({"backend": "CPU"}, "unknown backend 'CPU'; valid: INTERPRETER"),
+    ({"transport": "tcp"}, "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
+    ({"reduction": "max"}, "unknown reduction 'max'; valid: avg, sum"),
+    ({"log_level": "loud"}, "unknown log_level 'LOUD'; valid: DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ([("bucket_mb", 8)], "must be a dict of configuration values, got list; " + VALID_KEYS),
+])
+def test_bad_configs_raise_at_once_and_keep_the_old_value(bad, message):
+    s = fleet.DistributedStrategy()
+    s.ngraph_configs = {"bucket_mb": 4}
+    with pytest.raises(ConfigError) as info:
+        s.ngraph_configs = bad
+    assert str(info.value).startswith("strategy.ngraph_configs: ")
+    assert message in str(info.value)
+    assert s.ngraph_configs == {"bucket_mb": 4}
+
+
+def test_deepcopy_keeps_the_flag_and_configs():  # fleet deep-copies the strategy it is given
+    s = fleet.DistributedStrategy()
+    s.ngraph, s.ngraph_configs = True, {"bucket_mb": 2}
+    c = copy.deepcopy(s)
+    assert c.ngraph is True and c.ngraph_configs == {"bucket_mb": 2}
+    assert "paddle_ngraph: ngraph=True" in repr(s)
+
+
+# --- save / load -------------------------------------------------------------------------------
+def test_save_and_load_with_the_strategy(tmp_path):
+    s = fleet.DistributedStrategy()
+    s.amp = True
+    s.ngraph, s.ngraph_configs = True, {"transport": "ccl", "bucket_mb": 0.5}
+    path = tmp_path / "strategy.prototxt"
+    s.save_to_prototxt(str(path))
+    assert '# paddle_ngraph: {"ngraph": true, "ngraph_configs": {"bucket_mb": 0.5, "transport": "ccl"}}' \
+        in path.read_text()
+    t = fleet.DistributedStrategy()
+    t.load_from_prototxt(str(path))
+    assert t.amp is True and t.ngraph is True and t.ngraph_configs == {"bucket_mb": 0.5, "transport": "ccl"}
+
+
+def test_a_strategy_without_ngraph_saves_exactly_as_paddle_does(tmp_path):
+    s = fleet.DistributedStrategy()
+    s.amp = True
+    s.save_to_prototxt(str(tmp_path / "a.prototxt"))
+    assert (tmp_path / "a.prototxt").read_text() == str(s.strategy)
+
+
+def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
+    path = tmp_path / "bad.prototxt"
+    path.write_text('amp: true\n# paddle_ngraph: {"ngraph": true, "ngraph_configs": {"bucket": 1}}\n')
+    with pytest.raises(ConfigError, match=rf"{path}: strategy.ngraph_configs: unknown key\(s\) 'bucket'"):
+        fleet.DistributedStrategy().load_from_prototxt(str(path))
+
+
+# --- precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > PADDLE_NGRAPH_CONFIG file > defaults ---------
+def test_defaults():
+    assert cfg.resolve_config({}) == {"backend": "INTERPRETER", "transport": "auto", "bucket_mb": 32,
+                                      "reduction": "avg", "threads": 0, "timeout_s": 300, "log_level": "WARNING"}
+
+
+def test_precedence(tmp_path, monkeypatch):
+    file = tmp_path / "pdng.yaml"
+    file.write_text("bucket_mb: 1\nreduction: sum\nthreads: 3\n")
+    monkeypatch.setenv("PADDLE_NGRAPH_CONFIG", str(file))
+    assert cfg.resolve_config({}) == dict(cfg.resolve_config({}), bucket_mb=1, reduction="sum", threads=3)
+    monkeypatch.setenv("PADDLE_NGRAPH_BUCKET_MB", "2")
+    monkeypatch.setenv("PADDLE_NGRAPH_TRANSPORT", "NULL")
+    monkeypatch.setenv("PADDLE_NGRAPH_TIMEOUT_S", "2.5")
+    resolved = cfg.resolve_config({"bucket_mb": 3})
+    assert resolved["bucket_mb"] == 3              # strategy.ngraph_configs beats everything
+    assert resolved["transport"] == "null"         # environment beats the file and the defaults
+    assert resolved["timeout_s"] == 2.5
+    assert resolved["reduction"] == "sum" and resolved["threads"] == 3  # the file beats the defaults
+    assert resolved["backend"] == "INTERPRETER"    # the defaults
+    assert cfg.resolve_config({})["bucket_mb"] == 2
+    s = fleet.DistributedStrategy()
+    s.ngraph_configs = {"threads": 4}
+    assert paddle_ngraph.fleet.effective_config(s) == dict(resolved, bucket_mb=2, threads=4)
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("PADDLE_NGRAPH_BUCKET_MB", "big", "environment variable PADDLE_NGRAPH_BUCKET_MB='big': 'bucket_mb' must be a number"),
+    ("PADDLE_NGRAPH_THREADS", "1.5", "environment variable PADDLE_NGRAPH_THREADS='1.5': 'threads' must be an integer"),
+    ("PADDLE_NGRAPH_BACKEND", "CPU", "environment variable PADDLE_NGRAPH_BACKEND: unknown backend 'CPU'; valid: INTERPRETER"),
+    ("PADDLE_NGRAPH_TRANSPORT", "gloo", "environment variable PADDLE_NGRAPH_TRANSPORT: unknown transport 'gloo'; valid:"),
+])
+def test_bad_environment_variables_are_named(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        cfg.resolve_config({})
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("bucket_mb: [1\n", "not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping of keys to values, got list; " + VALID_KEYS),
+    ("bucket_size: 1\n", "unknown key(s) 'bucket_size'; " + VALID_KEYS),
+    ("transport: tcp\n", "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
+    ("threads: many\n", "'threads' must be an integer, got str 'many'"),
+])
+def test_a_bad_yaml_file_is_named(tmp_path, monkeypatch, text, message):
+    file = tmp_path / "bad.yaml"
+    file.write_text(text)
+    monkeypatch.setenv("PADDLE_NGRAPH_CONFIG", str(file))
+    with pytest.raises(ConfigError) as info:
+        cfg.resolve_config({})
+    assert str(info.value).startswith(f"config file {file} (PADDLE_NGRAPH_CONFIG): ")
+    assert message in str(info.value)
+
+
+def test_a_missing_yaml_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PADDLE_NGRAPH_CONFIG", str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match=r"nope.yaml \(PADDLE_NGRAPH_CONFIG\): cannot read"):
+        cfg.resolve_config({})
+
+
+# --- the shipped defaults ------------------------------------------------------------------------
+def test_packaged_defaults_are_identical_to_configs_defaults():
+    repo = os.path.join(ROOT, "configs", "defaults.yaml")
+    packaged = os.path.join(ROOT, "paddle_ngraph", "fleet", "defaults.yaml")
+    assert filecmp.cmp(repo, packaged, shallow=False), \
+        "paddle_ngraph/fleet/defaults.yaml differs from configs/defaults.yaml: copy configs/defaults.yaml over it"
+    if os.path.dirname(os.path.abspath(paddle_ngraph.__file__)) == os.path.join(ROOT, "paddle_ngraph"):
+        assert str(cfg.defaults_path()) == repo  # a checkout (editable install) reads the repository's file
+
+
+def test_every_key_is_in_the_defaults_and_documented_by_a_comment():
+    lines = open(os.path.join(ROOT, "configs", "defaults.yaml")).read().splitlines()
+    assert set(cfg.load_yaml(os.path.join(ROOT, "configs", "defaults.yaml"))) == set(cfg.KEYS)
+    for key in cfg.KEYS:
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        assert lines[index - 1].startswith("#"), f"{key} has no comment above it"
+
+
+def test_setup_ships_the_packaged_defaults():
+    assert '"fleet/defaults.yaml"' in open(os.path.join(ROOT, "setup.py")).read()
+
+
+# --- distributed_optimizer / minimize in one process ----------------------------------------------
+@pytest.fixture
+def static_fleet():
+    paddle.enable_static()
+    fleet.init(is_collective=True)
+    yield
+
+
+def _build(legacy):
+    guard = paddle.pir_utils.OldIrGuard() if legacy else paddle.pir_utils.IrGuard()
+    with guard:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [None, 4], "float32")
+            y = paddle.static.data("y", [None, 1], "int64")
+            loss = paddle.mean(paddle.nn.functional.cross_entropy(paddle.nn.Linear(4, 3)(x), y))
+    return guard, main, startup, loss
+
+
+def _op_types(main):
+    if hasattr(main.global_block(), "ops") and main.global_block().ops and hasattr(main.global_block().ops[0], "type"):
+        return [op.type for op in main.global_block().ops]
+    return [op.name() for op in main.global_block().ops]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy"])
+def test_the_flag_selects_ngraph_optimizer_and_transpiles(static_fleet, legacy):
+    guard, main, startup, loss = _build(legacy)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = {"bucket_mb": 1}
+    with guard, paddle.static.program_guard(main, startup):
+        opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+        opt.minimize(loss)
+    assert fleet.fleet._get_applied_meta_list() == ["NgraphOptimizer"]
+    assert any("ngraph_engine" in t for t in _op_types(main)), _op_types(main)
+
+
+def test_without_the_flag_paddle_chooses_as_before(static_fleet):
+    guard, main, startup, loss = _build(legacy=True)
+    with guard, paddle.static.program_guard(main, startup):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), fleet.DistributedStrategy()).minimize(loss)
+    assert fleet.fleet._get_applied_meta_list() == ["RawProgramOptimizer"]
+    assert not any("ngraph_engine" in t for t in _op_types(main))
+
+
+@pytest.mark.parametrize("feature,value", [("amp", True), ("recompute", True), ("sharding", True),
+                                           ("pipeline", True), ("gradient_merge", True), ("lamb", True),
+                                           ("lars", True), ("dgc", True), ("localsgd", True)])
+def test_features_it_cannot_honour_are_refused_by_name(static_fleet, feature, value):
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    setattr(strategy, feature, value)
+    with pytest.raises(ConfigError, match=rf"strategy.ngraph cannot be combined with strategy.{feature}[:,]"):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+
+
+def test_a_bad_environment_fails_at_distributed_optimizer(static_fleet, monkeypatch):
+    monkeypatch.setenv("PADDLE_NGRAPH_TRANSPORT", "gloo")
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    with pytest.raises(ConfigError, match="PADDLE_NGRAPH_TRANSPORT: unknown transport 'gloo'"):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+
+
+def test_dynamic_mode_is_refused():
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    paddle.disable_static()
+    try:
+        with pytest.raises(ConfigError, match="strategy.ngraph is for static-graph training"):
+            fleet.distributed_optimizer(paddle.optimizer.SGD(0.1, parameters=[]), strategy)
+    finally:
+        paddle.enable_static()
+
+
+# --- nothing changes without `import paddle_ngraph`; importing it does not import Paddle ----------------
+def _python(code: str):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, GLOG_minloglevel="2"))
+
+
+def test_paddle_is_unchanged_without_the_import_and_patched_after_it(tmp_path):
+    saved = tmp_path / "s.prototxt"
+    s = fleet.DistributedStrategy()
+    s.amp, s.ngraph, s.ngraph_configs = True, True, {"bucket_mb": 8}
+    s.save_to_prototxt(str(saved))
+    proc = _python(f"""
+        import sys
+        import paddle.distributed.fleet as fleet
+        from paddle.distributed.fleet import meta_optimizers
+        from paddle.distributed.fleet.base import meta_optimizer_factory
+        from paddle.distributed.fleet.fleet import Fleet
+        assert "paddle_ngraph" not in sys.modules
+        try:
+            fleet.DistributedStrategy().ngraph = True
+            raise SystemExit("strategy.ngraph accepted without import paddle_ngraph")
+        except TypeError as e:
+            assert "ngraph is not a attribute of DistributedStrategy" in str(e), e
+        assert not hasattr(meta_optimizers, "NgraphOptimizer")
+        assert "NgraphOptimizer" not in meta_optimizer_factory.meta_optimizer_names
+        assert not hasattr(Fleet, "_paddle_ngraph_installed")
+        t = fleet.DistributedStrategy()
+        t.load_from_prototxt({str(saved)!r})  # our comment line is ignored by plain Paddle
+        assert t.amp is True
+        import paddle_ngraph  # now, with paddle already imported: installed at once
+        s = fleet.DistributedStrategy()
+        s.ngraph = True
+        assert "NgraphOptimizer" in meta_optimizer_factory.meta_optimizer_names
+        print("OK")
+    """)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_importing_paddle_ngraph_first_is_cheap_and_installs_on_fleet_import():
+    proc = _python("""
+        import sys
+        import paddle_ngraph
+        assert "paddle" not in sys.modules, "import paddle_ngraph imported paddle"
+        import paddle.distributed.fleet as fleet
+        s = fleet.DistributedStrategy()
+        s.ngraph = True
+        from paddle.distributed.fleet.meta_optimizers import NgraphOptimizer
+        assert paddle_ngraph.fleet.installed()
+        print("OK")
+    """)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout + proc.stderr[-3000:]
