@@ -71,8 +71,8 @@ class Transport:
         for a in arrays:
             if a.dtype != dtype:
                 raise TransportError(f"rank {self.rank}: bucket '{name}' mixes dtypes {dtype} and {a.dtype}")
-        flat = self.allreduce(flatten(arrays), reduction, name=name)
-        return [np.array(x, copy=True) for x in unflatten(flat, arrays)] if len(arrays) > 1 else [flat.reshape(arrays[0].shape)]
+        # allreduce returns a new buffer, so views of it are safe to hand out.
+        return unflatten(self.allreduce(flatten(arrays), reduction, name=name), arrays)
 
     def check_reduction(self, reduction: str):
         if reduction not in REDUCTIONS:

@@ -72,8 +72,5 @@ class Function:
                 return p
         raise KeyError(name)
 
-    def replace_input(self, node: Node, index: int, value: Output):
-        node.inputs[index] = value
-
     def __repr__(self):
         return f"<Function {self.name}: {len(self.parameters)} parameters, {len(self.results)} results>"

@@ -34,6 +34,11 @@ def op_types() -> dict[str, type["Node"]]:
     return dict(_OP_TYPES)
 
 
+def as_tensor_types(types) -> list[TensorType]:
+    """What ``infer`` returns (TensorTypes or (dtype, shape) pairs) as TensorTypes."""
+    return [t if isinstance(t, TensorType) else TensorType(*t) for t in types]
+
+
 class Output:
     """One output of a node: the value edges of the graph point at these."""
 
@@ -87,7 +92,7 @@ class Node:
             raise
         except (ValueError, TypeError, IndexError, KeyError) as e:
             self._fail(str(e))
-        self.output_types = [t if isinstance(t, TensorType) else TensorType(*t) for t in types]
+        self.output_types = as_tensor_types(types)
 
     # --- to be provided by each op -------------------------------------------------
     def infer(self) -> list[TensorType]:

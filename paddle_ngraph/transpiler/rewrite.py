@@ -78,7 +78,6 @@ def rewrite_pir(view: ProgramView, anchors, engine, input_names: list[str], fetc
     program = view.native
     block = program.global_block()
     anchor_ops = [op.native for op in anchors]
-    anchor_ids = {id(op) for op in anchor_ops}
     ops = list(block.ops)
     removed = [op for op in ops if op.name() not in _KEPT_PIR_OPS and not any(op is a for a in anchor_ops)]
     sources = [op for op in ops if op.name() in _KEPT_PIR_OPS]
@@ -99,6 +98,5 @@ def rewrite_pir(view: ProgramView, anchors, engine, input_names: list[str], fetc
             name = view.value_names.get(value.id) if value.initialized() else None
             if name in produced_by_engine:
                 op.operand(i).set_source(produced_by_engine[name])
-    del anchor_ids
     for op in reversed(removed):
         block.remove_op(op)
