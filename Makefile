@@ -17,6 +17,8 @@ $(VENV)/.deps: requirements.txt
 	# oneCCL for the ccl transport, pinned (later oneccl-cpu wheels need libraries no wheel ships)
 	# and without its Intel MPI runtime dependency, whose mpirun and libfabric would shadow Open MPI's.
 	$(PIP) install -q --no-deps oneccl-cpu==2021.16.2 oneccl-cpu-devel==2021.16.2
+	# oneDNN 3.6 headers only (0.2 MB wheel, --no-deps: no SYCL runtime): the CPU backend links the oneDNN library the Paddle wheel ships.
+	$(PIP) install -q --no-deps onednn-devel==2025.0.1
 	rm -f $(VENV)/lib/libccl.a  # 221 MB static archive, unused by the shared build
 	touch $@
 

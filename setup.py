@@ -8,6 +8,8 @@ import os
 import sys
 
 import numpy
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # setup_native.py
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -24,6 +26,18 @@ def paddle_dirs():
 
 
 class BuildExt(build_ext):
+    """Builds the native CPU library (CMake + ninja, setup_native.py) before the extensions."""
+
+    def run(self):
+        import setup_native
+
+        package_dir = "paddle_ngraph" if self.inplace else os.path.join(self.build_lib, "paddle_ngraph")
+        setup_native.build(os.path.join("build", "native"), package_dir)
+        if not self.inplace:  # editable installs load the library from the source tree
+            setup_native.build(os.path.join("build", "native"), "paddle_ngraph")
+        self.library_dirs.append(package_dir)
+        super().run()
+
     # The operator library is loaded by Paddle with dlopen, not imported:
     # it has no PyInit function and must not be asked to export one.
     def get_export_symbols(self, ext):
@@ -36,8 +50,14 @@ paddle_root, paddle_include, paddle_base = paddle_dirs()
 
 extensions = cythonize(
     [Extension("paddle_ngraph._bridge", ["cython/bridge.pyx"], include_dirs=[numpy.get_include()],
-               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])],
-    compiler_directives={"language_level": 3},
+               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
+     # The CPU backend's runtime boundary, over libpdng_cpu.so (native/cpu, built by BuildExt.run).
+     Extension("paddle_ngraph._cpu", ["cython/cpu_runtime.pyx"],
+               include_dirs=[numpy.get_include(), "native/cpu/include", "cython"],
+               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+               extra_compile_args=["-std=c++17", "-O2"], libraries=["pdng_cpu"],
+               extra_link_args=["-Wl,-rpath,$ORIGIN"], language="c++")],
+    compiler_directives={"language_level": 3}, include_path=["cython"],
 ) + [
     Extension(
         "paddle_ngraph._engine_op",
@@ -81,7 +101,7 @@ setup(
     version="0.1.0",
     description="Data-parallel training of PaddlePaddle static programs on CPU clusters, nGraph style",
     packages=find_packages(include=["paddle_ngraph", "paddle_ngraph.*"]),
-    package_data={"paddle_ngraph": ["fleet/defaults.yaml"]},  # a copy of configs/defaults.yaml (tested)
+    package_data={"paddle_ngraph": ["fleet/defaults.yaml", "libpdng_cpu.so"]},  # a copy of configs/defaults.yaml (tested)
     ext_modules=extensions,
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",

@@ -19,6 +19,20 @@ from paddle_ngraph.backends import get_backend
 paddle.enable_static()
 IRS = ("legacy", "pir")
 
+# Every backend runs every harness test (tests/conftest.py parametrizes them); the CPU backend is
+# checked against Paddle with the same tolerances as the INTERPRETER.
+BACKENDS = ("INTERPRETER", "CPU")
+DEFAULT_BACKEND = "INTERPRETER"
+# Per-backend skips: test-name substring -> why. Keep this short.
+BACKEND_SKIPS: dict[str, dict[str, str]] = {"INTERPRETER": {}, "CPU": {}}
+
+
+def skip_reason(backend: str, test_name: str) -> str | None:
+    for pattern, why in BACKEND_SKIPS.get(backend, {}).items():
+        if pattern in test_name:
+            return f"{backend}: {why}"
+    return None
+
 
 @contextlib.contextmanager
 def ir_guard(ir: str):
@@ -34,15 +48,15 @@ def scope_value(name: str) -> np.ndarray:
     return np.array(var.get_tensor())
 
 
-def run_function(function, feeds: dict, backend: str = "INTERPRETER", transport=None) -> dict:
+def run_function(function, feeds: dict, backend: str | None = None, transport=None) -> dict:
     """Runs a converted function; parameters that are not feeds are read from the Paddle scope."""
     inputs = [feeds[p.name] if p.name in feeds else scope_value(p.name) for p in function.parameters]
-    outs = get_backend(backend).compile(function).call(inputs, transport)
-    return dict(zip(function.results, outs))
+    outs = get_backend(backend or DEFAULT_BACKEND).compile(function).call(inputs, transport)
+    return dict(zip(function.results, (np.array(o, copy=True) for o in outs)))
 
 
 def check_against_paddle(build, feeds: dict, *, ir: str, grads: bool = True, rtol: float = 1e-5,
-                         atol: float = 1e-6, backend: str = "INTERPRETER", seed: int = 0):
+                         atol: float = 1e-6, backend: str | None = None, seed: int = 0):
     """Returns (reference, ours) lists after asserting they match."""
     rng = np.random.default_rng(seed)
     with ir_guard(ir):

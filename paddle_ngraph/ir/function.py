@@ -74,3 +74,28 @@ class Function:
 
     def __repr__(self):
         return f"<Function {self.name}: {len(self.parameters)} parameters, {len(self.results)} results>"
+
+
+def clone_function(function: Function, shapes: dict[str, tuple] | None = None) -> Function:
+    """A deep copy of ``function`` with the same node names; every node re-infers its types.
+
+    ``shapes`` gives parameters new (typically concrete) shapes by name: cloning with the
+    shapes of the actual inputs specializes a function with dynamic dimensions.
+    """
+    from .ops.core import Constant
+
+    copies: dict[int, Node] = {}
+    for node in function.ordered_nodes():
+        if isinstance(node, Parameter):
+            attrs = dict(node.attrs)
+            if shapes and node.name in shapes:
+                attrs["shape"] = tuple(int(d) for d in shapes[node.name])
+            copy = Parameter(name=node.name, **attrs)
+        elif isinstance(node, Constant):
+            copy = Constant(node.attrs["value"], name=node.name)
+        else:
+            inputs = [copies[i.node.id].output(i.index) for i in node.inputs]
+            copy = type(node)(*inputs, name=node.name, **node.attrs)
+        copies[node.id] = copy
+    return Function([copies[p.id] for p in function.parameters],
+                    {k: copies[o.node.id].output(o.index) for k, o in function.results.items()}, name=function.name)

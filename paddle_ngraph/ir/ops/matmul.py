@@ -40,3 +40,32 @@ class MatMul(Node):
         if b.rank == 1:
             shape.pop(-1)
         return [TensorType(a.dtype, shape)]
+
+
+FUSED_ACTIVATIONS = ("none", "relu")
+
+
+@register_op
+class MatMulBias(Node):
+    """``activation(a @ b + bias)`` for 2-D ``a`` and ``b`` and a bias over the last dimension.
+
+    Not produced by the frontend: the fusion pass of the CPU backend builds it from
+    MatMul -> Add (-> Relu), which oneDNN runs as one matmul with post-ops.
+    """
+
+    op_type = "MatMulBias"
+    attributes = {"transpose_a": False, "transpose_b": False, "activation": "none"}
+    num_inputs = 3
+
+    def infer(self):
+        a, b, bias = (self.input_type(i) for i in range(3))
+        self.check(a.rank == 2 and b.rank == 2, f"inputs must be 2-D, got {a} and {b}")
+        self.check(self.attrs["activation"] in FUSED_ACTIVATIONS,
+                   f"activation '{self.attrs['activation']}' is not one of {FUSED_ACTIVATIONS}")
+        out = MatMul.infer(self)[0]
+        self.check(bias.dtype == a.dtype and bias.rank == 1 and dims_compatible(bias.shape[0], out.shape[-1]),
+                   f"bias {bias} must be a vector of the output's last dimension ({out})")
+        return [out]
+
+
+__all__.append("MatMulBias")

@@ -124,6 +124,14 @@ def _matmul(node, args, transport):
     return [np.asarray(np.matmul(a, b), dtype=_dtype(node), order="C")]
 
 
+@kernel("MatMulBias")
+def _matmul_bias(node, args, transport):
+    out = _matmul(node, args[:2], transport)[0] + args[2]
+    if node.attrs["activation"] == "relu":
+        out = np.maximum(out, 0)
+    return [out.astype(_dtype(node), copy=False)]
+
+
 _REDUCE = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min}
 
 

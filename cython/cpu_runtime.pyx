@@ -1,0 +1,199 @@
+# cython: language_level=3
+"""The runtime boundary of the CPU backend: builds a native executor from a plan, runs steps.
+
+One ``run`` call per step: input buffers in (NumPy arrays, zero-copy), the GIL released for
+the whole native step; results are views of the executor's arena, valid until the next run.
+C++ errors (pdng::Error, naming the node) reach Python as ``ExecutionError``.
+"""
+from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport strncpy
+from libcpp.vector cimport vector
+from libcpp.string cimport string
+
+import numpy as np
+cimport numpy as cnp
+
+from paddle_ngraph.errors import ExecutionError
+
+from pdng_cpu cimport (Executor, NodeInfo, TensorDesc, pdng_make_desc, kernel_op_types, num_threads,
+                       make_mpi_communicator, mpi_available)
+
+cnp.import_array()
+
+# Numbered as pdng::DType (and paddle_ngraph.ir.types.DType's declaration order).
+DTYPE_CODES = {"bool": 0, "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6,
+               "bfloat16": 7, "float32": 8, "float64": 9}
+
+
+def registered_op_types():
+    """The op types with a native kernel."""
+    return sorted(t.decode() for t in kernel_op_types())
+
+
+def has_native_mpi():
+    return mpi_available()
+
+
+def default_threads():
+    return num_threads()
+
+
+cdef TensorDesc _desc(tensor_type) except *:
+    return pdng_make_desc(DTYPE_CODES[tensor_type.dtype.value], [int(d) for d in tensor_type.shape])
+
+
+cdef void _set_attrs(NodeInfo& info, dict attrs) except *:
+    for key, value in attrs.items():
+        name = key.encode()
+        if value is None or isinstance(value, np.ndarray):
+            continue  # None is absent; arrays (Constant values) travel as buffers
+        if isinstance(value, str):
+            info.attrs.set_string(name, value.encode())
+        elif isinstance(value, (bool, int, np.integer)):
+            info.attrs.set_ints(name, [int(value)])
+        elif isinstance(value, (float, np.floating)):
+            info.attrs.set_floats(name, [float(value)])
+        elif isinstance(value, (list, tuple)):
+            if all(isinstance(v, (bool, int, np.integer)) for v in value):
+                info.attrs.set_ints(name, [int(v) for v in value])
+            else:
+                info.attrs.set_floats(name, [float(v) for v in value])
+        else:
+            raise TypeError(f"attribute '{key}' of type {type(value).__name__} cannot go to a native kernel")
+
+
+cdef NodeInfo _node_info(node) except *:
+    cdef NodeInfo info
+    info.name = node.name.encode()
+    info.op_type = node.op_type.encode()
+    _set_attrs(info, node.attrs)
+    for i in node.inputs:
+        info.inputs.push_back(_desc(i.type))
+    for t in node.output_types:
+        info.outputs.push_back(_desc(t))
+    return info
+
+
+cdef void _fallback(void* context, int node_index, int n_in, void* const* in_ptrs, int n_out,
+                    void* const* out_ptrs, char* error, int error_len) noexcept with gil:
+    """Runs a collective node the native communicator does not handle, on the communication thread."""
+    cdef NativeExecutable owner = <NativeExecutable>context
+    try:
+        owner.fallback(node_index, [<uintptr_t>in_ptrs[i] for i in range(n_in)],
+                       [<uintptr_t>out_ptrs[i] for i in range(n_out)])
+    except BaseException as e:
+        message = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:error_len]
+        strncpy(error, message, error_len)
+
+
+def array_at(uintptr_t address, dtype, shape):
+    """A NumPy array over memory owned elsewhere (no copy); the caller keeps the owner alive."""
+    cdef cnp.npy_intp dims[32]
+    shape = tuple(int(d) for d in shape)
+    for i, d in enumerate(shape):
+        dims[i] = d
+    return cnp.PyArray_SimpleNewFromData(len(shape), dims, cnp.dtype(dtype).num, <void*>address)
+
+
+cdef class NativeExecutable:
+    """A native executor built from a plan (see paddle_ngraph/backends/cpu/plan.py)."""
+
+    cdef Executor* executor
+    cdef public object fallback       # fallback(node_index, in_addresses, out_addresses)
+    cdef list constants               # keeps nothing native alive; for reports
+    cdef list result_types            # (numpy dtype, shape) per result
+    cdef vector[void*] input_ptrs
+
+    def __cinit__(self):
+        self.executor = new Executor()
+        self.fallback = None
+        self.result_types = []
+
+    def __dealloc__(self):
+        del self.executor
+
+    def set_arena_size(self, int64_t nbytes):
+        self.executor.set_arena_size(nbytes)
+
+    def add_arena_buffer(self, int64_t offset, int64_t nbytes):
+        return self.executor.add_arena_buffer(offset, nbytes)
+
+    def add_input_buffer(self, int index, int64_t nbytes):
+        return self.executor.add_input_buffer(index, nbytes)
+
+    def add_constant_buffer(self, cnp.ndarray value):
+        value = np.ascontiguousarray(value)
+        return self.executor.add_constant_buffer(cnp.PyArray_DATA(value), value.nbytes)
+
+    def add_view_buffer(self, int base, int64_t offset, int64_t nbytes):
+        return self.executor.add_view_buffer(base, offset, nbytes)
+
+    def add_compute(self, node, inputs, outputs):
+        cdef NodeInfo info = _node_info(node)
+        try:
+            self.executor.add_compute(info, inputs, outputs)
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
+
+    def add_collective_start(self, node, int node_index, inputs, outputs, int region):
+        cdef NodeInfo info = _node_info(node)
+        return self.executor.add_collective_start(info, node_index, inputs, outputs, region)
+
+    def add_collective_wait(self, int collective):
+        self.executor.add_collective_wait(collective)
+
+    def set_results(self, buffers, types):
+        self.executor.set_results(buffers)
+        self.result_types = list(types)
+
+    def set_num_inputs(self, int n):
+        self.executor.set_num_inputs(n)
+
+    def set_threads(self, int n):
+        self.executor.set_threads(n)
+
+    def use_fallback(self, fallback):
+        self.fallback = fallback
+        self.executor.set_fallback(_fallback, <void*>self)
+
+    def use_native_mpi(self):
+        try:
+            self.executor.set_communicator(make_mpi_communicator())
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
+
+    def run(self, list inputs):
+        """Runs one step on C-contiguous arrays; returns the results as views of the arena."""
+        cdef int n = len(inputs)
+        cdef cnp.ndarray array
+        self.input_ptrs.resize(n)
+        for i in range(n):
+            array = inputs[i]
+            self.input_ptrs[i] = cnp.PyArray_DATA(array)
+        try:
+            with nogil:
+                self.executor.run(self.input_ptrs.data(), n)
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
+        results = []
+        for i, (dtype, shape) in enumerate(self.result_types):
+            view = array_at(<uintptr_t>self.executor.result_data(i), dtype, shape)
+            cnp.set_array_base(view, self)  # the executor outlives its results
+            results.append(view)
+        return results
+
+    @property
+    def arena_bytes(self):
+        return self.executor.arena_bytes()
+
+    @property
+    def num_steps(self):
+        return self.executor.num_steps()
+
+    @property
+    def last_wait_seconds(self):
+        return self.executor.last_wait_seconds()
+
+    @property
+    def last_comm_seconds(self):
+        return self.executor.last_comm_seconds()

@@ -1,0 +1,75 @@
+# C++ declarations of libpdng_cpu (native/cpu/include), for cython/cpu_runtime.pyx.
+from libc.stdint cimport int64_t
+from libcpp cimport bool
+from libcpp.memory cimport shared_ptr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "pdng/kernel.h" namespace "pdng" nogil:
+    cdef cppclass Attrs:
+        void set_ints(const string&, vector[int64_t])
+        void set_floats(const string&, vector[double])
+        void set_string(const string&, string)
+
+    cdef cppclass TensorDesc:
+        vector[int64_t] shape
+
+    cdef cppclass NodeInfo:
+        string name
+        string op_type
+        Attrs attrs
+        vector[TensorDesc] inputs
+        vector[TensorDesc] outputs
+
+    vector[string] kernel_op_types()
+    int num_threads()
+
+
+cdef extern from "pdng/executor.h" namespace "pdng" nogil:
+    ctypedef void (*CollectiveFallback)(void*, int, int, void* const*, int, void* const*, char*, int) noexcept
+
+    cdef cppclass Communicator:
+        int rank()
+        int size()
+
+    cdef cppclass Executor:
+        Executor() except +
+        void set_arena_size(int64_t) except +
+        int add_arena_buffer(int64_t, int64_t) except +
+        int add_input_buffer(int, int64_t) except +
+        int add_constant_buffer(const void*, int64_t) except +
+        int add_view_buffer(int, int64_t, int64_t) except +
+        void add_compute(const NodeInfo&, const vector[int]&, const vector[int]&) except +
+        int add_collective_start(const NodeInfo&, int, const vector[int]&, const vector[int]&, int) except +
+        void add_collective_wait(int) except +
+        void set_results(const vector[int]&) except +
+        void set_num_inputs(int)
+        void set_communicator(shared_ptr[Communicator])
+        void set_fallback(CollectiveFallback, void*)
+        void set_threads(int)
+        void run(void* const*, int) except +
+        void* result_data(int) except +
+        int64_t arena_bytes()
+        int num_steps()
+        double last_wait_seconds()
+        double last_comm_seconds()
+
+
+cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
+    bool mpi_available()
+    shared_ptr[Communicator] make_mpi_communicator() except +
+
+
+cdef extern from *:
+    """
+    #include "pdng/kernel.h"
+    // Cython cannot name C++ enum classes conveniently: set a desc's dtype from its code.
+    static inline pdng::TensorDesc pdng_make_desc(int dtype, const std::vector<int64_t>& shape) {
+      pdng::TensorDesc d;
+      d.dtype = static_cast<pdng::DType>(dtype);
+      d.shape = shape;
+      return d;
+    }
+    """
+    TensorDesc pdng_make_desc(int dtype, const vector[int64_t]& shape)

@@ -1,0 +1,142 @@
+// The executor of the native CPU backend: runs a planned function, one step at a time.
+//
+// The Python side plans everything (node order, arena offsets, which buffers are
+// views of others) and builds an Executor through this API; run() then only binds
+// input pointers and calls kernels, with no allocation. Collectives run on a
+// communication thread: a Start step packs a bucket into its contiguous region
+// and hands it to the thread, and the compute steps go on; a Wait step, placed by
+// the planner before the first reader of the bucket, blocks until it is reduced.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pdng/kernel.h"
+
+namespace pdng {
+
+// Collectives, in place on one contiguous region. Implementations: MPI (native) or a
+// callback into the Python transport (any transport, any collective node).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Whether allreduce() handles this dtype and reduction; if not, the fallback runs the node.
+  virtual bool supports_allreduce(DType dtype, const std::string& reduction) const = 0;
+  virtual void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) = 0;
+};
+
+// Runs one whole collective node (any op type) given its bound inputs and outputs.
+// Used for what the Communicator does not support; set by the Python side.
+using CollectiveFallback = void (*)(void* context, int node_index, int n_in, void* const* in_ptrs, int n_out,
+                                    void* const* out_ptrs, char* error, int error_len);
+
+class Executor {
+ public:
+  Executor();
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // --- building (once per shape signature) ---------------------------------------------
+  void set_arena_size(int64_t nbytes);
+  int add_arena_buffer(int64_t offset, int64_t nbytes);
+  int add_input_buffer(int input_index, int64_t nbytes);
+  int add_constant_buffer(const void* data, int64_t nbytes);  // copied
+  int add_view_buffer(int base_buffer, int64_t byte_offset, int64_t nbytes);
+  // A compute step; creates its kernel now (throws Error naming the node).
+  void add_compute(const NodeInfo& node, const std::vector<int>& in, const std::vector<int>& out);
+  // A collective: inputs are packed into `region` (outputs are views of it), then reduced on the
+  // communication thread. Returns its index for add_wait.
+  int add_collective_start(const NodeInfo& node, int node_index, const std::vector<int>& in,
+                           const std::vector<int>& out, int region);
+  void add_collective_wait(int collective);
+  void set_results(const std::vector<int>& buffers);
+  void set_num_inputs(int n) { num_inputs_ = n; }
+  void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+  void set_fallback(CollectiveFallback fn, void* context) {
+    fallback_ = fn;
+    fallback_context_ = context;
+  }
+  void set_threads(int n) { threads_ = n; }
+
+  // --- running --------------------------------------------------------------------------
+  // Throws Error naming the node. Safe to call without the GIL.
+  void run(void* const* inputs, int n_inputs);
+  void* result_data(int i) const;
+  int64_t arena_bytes() const { return arena_size_; }
+  int num_steps() const { return static_cast<int>(steps_.size()); }
+  // Seconds the last run spent blocked in Wait steps, and spent in collectives on the thread:
+  // the hidden share of communication is 1 - wait / comm.
+  double last_wait_seconds() const { return wait_seconds_; }
+  double last_comm_seconds() const { return comm_seconds_; }
+
+ private:
+  enum class BufferKind { Arena, Input, Constant, View };
+  struct Buffer {
+    BufferKind kind;
+    int64_t offset = 0;  // arena offset or byte offset into `base`
+    int64_t nbytes = 0;
+    int index = -1;      // input index or base buffer
+    std::vector<uint8_t> storage;
+  };
+  struct Collective {
+    NodeInfo node;
+    int node_index;
+    std::vector<int> in, out;
+    int region;
+    bool native = false;  // the communicator reduces it; otherwise the fallback runs it
+    // Written by the communication thread, read after done.
+    bool done = false;
+    std::string error;
+  };
+  enum class StepKind { Compute, Start, Wait };
+  struct Step {
+    StepKind kind;
+    NodeInfo node;  // for Compute
+    std::unique_ptr<Kernel> kernel;
+    std::vector<int> in, out;
+    int collective = -1;
+    std::vector<Tensor> in_tensors, out_tensors;  // prepared once, data rebound per run
+  };
+
+  void* resolve(int buffer) const;
+  void bind();
+  void comm_loop();
+  void run_collective(Collective& c);
+  void wait_for(int collective);
+
+  std::vector<uint8_t> arena_storage_;
+  uint8_t* arena_ = nullptr;
+  int64_t arena_size_ = 0;
+  std::vector<Buffer> buffers_;
+  std::vector<void*> resolved_;
+  std::vector<Step> steps_;
+  std::vector<Collective> collectives_;
+  std::vector<int> results_;
+  int num_inputs_ = 0;
+  void* const* inputs_ = nullptr;
+  int threads_ = 0;
+
+  std::shared_ptr<Communicator> comm_;
+  CollectiveFallback fallback_ = nullptr;
+  void* fallback_context_ = nullptr;
+
+  std::thread comm_thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  bool stopping_ = false;
+  bool broken_ = false;  // a run failed with collectives in flight: refuse further runs
+  double wait_seconds_ = 0, comm_seconds_ = 0;
+};
+
+}  // namespace pdng

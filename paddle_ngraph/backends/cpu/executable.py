@@ -1,0 +1,189 @@
+"""Compiles a function for the native executor and runs it.
+
+A function may have dynamic dimensions (the batch); native kernels need concrete
+shapes. So ``call`` specializes the function to the shapes of its inputs on first
+sight of them (clone with concrete parameter types, compile passes, plan, native
+build) and caches the result per shape signature: a training loop with a fixed
+batch builds once; a smaller last batch builds once more.
+
+Compile passes, in the pass manager (validation after each, dumps with
+PADDLE_NGRAPH_DUMP_PASSES): eliminate_duplicates, fuse_matmul_bias, liveness,
+memory_plan.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from ...errors import ExecutionError
+from ...ir import Function, clone_function
+from ...passes import PassManager
+from ...passes.eliminate_duplicates import EliminateDuplicates
+from ...passes.fuse_matmul_bias import FuseMatMulBias
+from ...passes.liveness import COLLECTIVES, IN_PLACE_COLLECTIVES, Liveness
+from ...passes.memory_plan import MemoryPlan
+from ..base import Backend, Executable, register_backend
+from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
+
+_MAX_SPECIALIZATIONS = 8
+
+
+def _native():
+    from ... import _cpu
+
+    return _cpu
+
+
+def local_ranks() -> int:
+    """Ranks of this job on this node, from the launcher (1 without one)."""
+    for variable in ("OMPI_COMM_WORLD_LOCAL_SIZE", "PADDLE_LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+        value = os.environ.get(variable)
+        if value and value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def default_threads() -> int:
+    """Cores available to this process divided by the ranks on this node: ranks must not oversubscribe."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // local_ranks())
+
+
+class Specialization:
+    """The function compiled for one set of input shapes."""
+
+    def __init__(self, function: Function, threads: int, transport):
+        self.function = function
+        self.fused = FuseMatMulBias()
+        self.deduplicated = EliminateDuplicates()
+        self.liveness = Liveness()
+        self.memory = MemoryPlan(self.liveness)
+        PassManager([self.deduplicated, self.fused, self.liveness, self.memory]).run(function)
+        self.transport = transport
+        self.collectives = []
+        self.native = self._build(threads)
+
+    def _build(self, threads: int):
+        cpu = _native()
+        native = cpu.NativeExecutable()
+        native.set_arena_size(self.memory.arena_bytes)
+        native.set_num_inputs(len(self.function.parameters))
+        native.set_threads(threads)
+        live = self.liveness
+        root_buffer = {}
+        index = {p.id: i for i, p in enumerate(self.function.parameters)}
+        for key, root in live.roots.items():
+            if root.kind == "arena":
+                root_buffer[key] = native.add_arena_buffer(self.memory.offsets[key], root.nbytes)
+            elif root.kind == "input":
+                root_buffer[key] = native.add_input_buffer(index[key[1]], root.nbytes)
+        for node in self.function.ordered_nodes():
+            if node.op_type == "Constant":
+                value = np.ascontiguousarray(node.attrs["value"], dtype=node.output_types[0].dtype.numpy)
+                root_buffer[("value", node.id, 0)] = native.add_constant_buffer(value.reshape(-1).view(np.uint8))
+        value_buffer = {}
+
+        def buffer_of(output):
+            value = (output.node.id, output.index)
+            if value not in value_buffer:
+                root = live.value_root[value]
+                offset, nbytes = live.value_offset[value], output.type.nbytes()
+                if offset == 0 and nbytes == live.roots[root].nbytes:
+                    value_buffer[value] = root_buffer[root]
+                else:
+                    value_buffer[value] = native.add_view_buffer(root_buffer[root], offset, nbytes)
+            return value_buffer[value]
+
+        collective_index = {}
+        for step in live.steps:
+            node = step.node
+            if step.kind == "compute":
+                native.add_compute(node, [buffer_of(i) for i in node.inputs], [buffer_of(o) for o in node.outputs])
+            elif step.kind == "start":
+                region = root_buffer[("region", node.id)] if node.op_type in IN_PLACE_COLLECTIVES else -1
+                collective_index[node.id] = native.add_collective_start(
+                    node, len(self.collectives), [buffer_of(i) for i in node.inputs],
+                    [buffer_of(o) for o in node.outputs], region)
+                self.collectives.append(node)
+            else:
+                native.add_collective_wait(collective_index[node.id])
+        results = list(self.function.results.values())
+        native.set_results([buffer_of(o) for o in results], [(o.type.dtype.numpy, o.type.shape) for o in results])
+        if self.collectives:
+            native.use_fallback(self._run_collective)
+            if (self.transport is not None and self.transport.size > 1 and self.transport.name == "MPI"
+                    and cpu.has_native_mpi()):
+                native.use_native_mpi()
+        return native
+
+    def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
+        """A collective the native communicator does not handle: the reference kernel over the
+        transport, on the communication thread (which holds the GIL only for this)."""
+        cpu = _native()
+        node = self.collectives[index]
+        inputs = [cpu.array_at(a, i.type.dtype.numpy, i.type.shape) for a, i in zip(in_addresses, node.inputs)]
+        outputs = REFERENCE_KERNELS[node.op_type](node, inputs, self.transport)
+        for address, t, value in zip(out_addresses, node.output_types, outputs):
+            np.copyto(cpu.array_at(address, t.dtype.numpy, t.shape), value, casting="no")
+
+
+class CPUExecutable(Executable):
+    def __init__(self, function: Function, threads: int = 0):
+        self.function = function
+        self.threads = threads or default_threads()
+        self._specializations: OrderedDict[tuple, Specialization] = OrderedDict()
+        self._transport = None
+        self.last = None  # the specialization of the last call, for reports
+        kernels = set(_native().registered_op_types())
+        missing = sorted({n.op_type for n in function.ordered_nodes()
+                          if n.op_type not in kernels and n.op_type not in COLLECTIVES
+                          and n.op_type not in ("Parameter", "Constant")})
+        if missing:
+            raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
+
+    def call(self, inputs, transport=None):
+        """Runs one step. The outputs are views of the executable's arena, valid until its next call."""
+        params = self.function.parameters
+        if len(inputs) != len(params):
+            raise ExecutionError(f"function '{self.function.name}' takes {len(params)} inputs, got {len(inputs)}")
+        arrays = []
+        for p, value in zip(params, inputs):
+            expected = p.output_types[0]
+            array = np.asarray(value)
+            if array.dtype != expected.dtype.numpy:
+                raise ExecutionError(f"input '{p.name}': dtype {array.dtype}, the function declares {expected.dtype.value}")
+            if array.ndim != expected.rank or any(e >= 0 and e != a for e, a in zip(expected.shape, array.shape)):
+                raise ExecutionError(f"input '{p.name}': shape {list(array.shape)}, the function declares "
+                                     f"{[d if d >= 0 else None for d in expected.shape]}")
+            arrays.append(np.ascontiguousarray(array))
+        specialization = self._specialization(arrays, transport)
+        self.last = specialization
+        return specialization.native.run(arrays)
+
+    def _specialization(self, arrays, transport) -> Specialization:
+        signature = tuple(a.shape for a in arrays)
+        if transport is not self._transport:
+            self._specializations.clear()  # communicators are bound at build time
+            self._transport = transport
+        found = self._specializations.get(signature)
+        if found is not None:
+            self._specializations.move_to_end(signature)
+            return found
+        shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
+        found = Specialization(clone_function(self.function, shapes), self.threads, transport)
+        self._specializations[signature] = found
+        if len(self._specializations) > _MAX_SPECIALIZATIONS:
+            self._specializations.popitem(last=False)
+        return found
+
+
+@register_backend("CPU")
+class CPUBackend(Backend):
+    def __init__(self, threads: int = 0, **options):
+        self.threads = int(threads or 0)
+        self.options = options
+
+    def compile(self, function: Function) -> CPUExecutable:
+        return CPUExecutable(function, threads=self.threads)

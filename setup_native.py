@@ -1,0 +1,52 @@
+"""Configures and builds the native CPU library (native/cpu, CMake + ninja), for setup.py and
+native/cpu/build.sh. Kept apart from setup.py so that a rebuild does not re-run setup."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+LIBRARY = "libpdng_cpu.so"
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def onednn_paths() -> tuple[str, str]:
+    """oneDNN 3.6 headers from pip (onednn-devel 2025.0.1, --no-deps), library from the Paddle wheel (3.6.2)."""
+    import paddle
+
+    library = os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")
+    include = os.environ.get("PDNG_ONEDNN_INCLUDE", os.path.join(sys.prefix, "include"))
+    if not os.path.exists(os.path.join(include, "oneapi", "dnnl", "dnnl.hpp")):
+        sys.exit(f"paddle_ngraph: oneDNN headers not found in {include}: pip install --no-deps onednn-devel==2025.0.1 "
+                 f"(or set PDNG_ONEDNN_INCLUDE)")
+    if not os.path.exists(library):
+        sys.exit(f"paddle_ngraph: {library} not found: the CPU backend links the oneDNN of the Paddle wheel")
+    return include, library
+
+
+def mpi_paths() -> tuple[str, str]:
+    include, library = os.path.join(sys.prefix, "include"), os.path.join(sys.prefix, "lib", "libmpi.so")
+    if os.path.exists(os.path.join(include, "mpi.h")) and os.path.exists(library):
+        return include, library
+    print("paddle_ngraph: Open MPI headers not found, building the CPU backend without its native MPI path",
+          file=sys.stderr)
+    return "", ""
+
+
+def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
+    build_dir = os.path.join(ROOT, build_dir) if not os.path.isabs(build_dir) else build_dir
+    include, library = onednn_paths()
+    mpi_include, mpi_library = mpi_paths()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.check_call(["cmake", "-S", os.path.join(ROOT, "native", "cpu"), "-B", build_dir, *generator,
+                           f"-DONEDNN_INCLUDE_DIR={include}", f"-DONEDNN_LIBRARY={library}",
+                           f"-DMPI_INCLUDE_DIR={mpi_include}", f"-DMPI_LIBRARY={mpi_library}",
+                           f"-DPDNG_SANITIZE={'ON' if sanitize else 'OFF'}", "-DCMAKE_BUILD_TYPE=Release"],
+                          stdout=subprocess.DEVNULL)
+    subprocess.check_call(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
+    os.makedirs(output_dir, exist_ok=True)
+    target = os.path.join(output_dir, LIBRARY)
+    shutil.copy2(os.path.join(build_dir, LIBRARY), target + ".tmp")
+    os.replace(target + ".tmp", target)  # atomic: a running process keeps its mapped copy
+    return target
