@@ -25,6 +25,14 @@ def onednn_paths() -> tuple[str, str]:
     return include, library
 
 
+def openmp_library() -> str:
+    """Paddle's libiomp5, the OpenMP runtime its libdnnl binds to (see native/cpu/CMakeLists.txt)."""
+    import paddle
+
+    library = os.path.join(os.path.dirname(paddle.__file__), "libs", "libiomp5.so")
+    return library if os.path.exists(library) else ""
+
+
 def mpi_paths() -> tuple[str, str]:
     include, library = os.path.join(sys.prefix, "include"), os.path.join(sys.prefix, "lib", "libmpi.so")
     if os.path.exists(os.path.join(include, "mpi.h")) and os.path.exists(library):
@@ -42,6 +50,7 @@ def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
     subprocess.check_call(["cmake", "-S", os.path.join(ROOT, "native", "cpu"), "-B", build_dir, *generator,
                            f"-DONEDNN_INCLUDE_DIR={include}", f"-DONEDNN_LIBRARY={library}",
                            f"-DMPI_INCLUDE_DIR={mpi_include}", f"-DMPI_LIBRARY={mpi_library}",
+                           f"-DOPENMP_LIBRARY={openmp_library()}",
                            f"-DPDNG_SANITIZE={'ON' if sanitize else 'OFF'}", "-DCMAKE_BUILD_TYPE=Release"],
                           stdout=subprocess.DEVNULL)
     subprocess.check_call(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])

@@ -182,6 +182,14 @@ cdef class NativeExecutable:
             results.append(view)
         return results
 
+    def set_profiling(self, bint on):
+        self.executor.set_profiling(on)
+
+    @property
+    def step_seconds(self):
+        """Wall time of each step of the last run, when profiling is on."""
+        return list(self.executor.step_seconds())
+
     @property
     def arena_bytes(self):
         return self.executor.arena_bytes()

@@ -54,6 +54,8 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         int num_steps()
         double last_wait_seconds()
         double last_comm_seconds()
+        void set_profiling(bool)
+        const vector[double]& step_seconds()
 
 
 cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:

@@ -18,7 +18,7 @@ from .fleet import install_hooks as _install_fleet_hooks  # noqa: E402
 _install_fleet_hooks()
 
 
-def transpile(program, backend: str = "INTERPRETER", **options):
+def transpile(program, backend: str | None = None, **options):
     """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""
     from .transpiler import transpile as _transpile
 

@@ -24,6 +24,11 @@ def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
+def default_backend() -> str:
+    """CPU where the native library is built, else the INTERPRETER."""
+    return "CPU" if "CPU" in _BACKENDS else "INTERPRETER"
+
+
 def get_backend(name: str, **options) -> "Backend":
     key = str(name).upper()
     if key not in _BACKENDS:

@@ -121,10 +121,8 @@ class NgraphOptimizer(MetaOptimizerBase):
         info = detect_launcher()
         self.transport = make_transport_for(config, info)
         self.program = loss.block.program
-        if config["threads"]:
-            log.info("threads=%d is advisory: the %s backend does not use it", config["threads"], config["backend"])
         transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
-                  bucket_mb=config["bucket_mb"], reduction=config["reduction"])
+                  bucket_mb=config["bucket_mb"], reduction=config["reduction"], threads=config["threads"])
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport", self.transport.rank,
                  self.transport.size, config["backend"], self.transport.name)
         return optimize_ops, params_grads

@@ -10,20 +10,22 @@ variables in the scope, updated in place, so ``paddle.static.save``/``load`` wor
 from __future__ import annotations
 
 from .. import _bridge
-from ..backends import get_backend
+from ..backends import default_backend, get_backend
 from ..frontend import decode
 from ..passes import InsertAllReduce, PassManager
 from . import engine_op
-from .engine import Engine
+from .engine import Engine, engines
 from .rewrite import plan, rewrite_legacy, rewrite_pir
 
-__all__ = ["transpile"]
+__all__ = ["transpile", "engines"]
 
 
-def transpile(program, backend: str = "INTERPRETER", nranks: int | None = None, transport=None,
-              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg"):
+def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
+              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0):
     """Rewrites ``program`` in place; returns it.
 
+    ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
+    ``threads``: compute threads of the CPU backend (0: cores / ranks on this node).
     ``nranks``: ranks of data-parallel training (default: the launcher's, else 1).
     ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
@@ -42,7 +44,7 @@ def transpile(program, backend: str = "INTERPRETER", nranks: int | None = None, 
         passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
                                       reduction=reduction, skip_params=skip))
     PassManager(passes).run(function)
-    executable = get_backend(backend).compile(function)
+    executable = get_backend(backend or default_backend(), threads=threads).compile(function)
     engine = Engine(function, executable, fetch, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())

@@ -8,6 +8,7 @@ the ops left to Paddle read.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from ..ir import Function
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
 
 _ids = itertools.count(1)
+_ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
+
+
+def engines() -> list["Engine"]:
+    """The engines of this process (one per transpiled program), oldest first."""
+    return [_ENGINES[k] for k in sorted(_ENGINES)]
 
 
 class Engine:
@@ -27,7 +34,12 @@ class Engine:
         self.transport = transport
         self.fetch_names = fetch_names
         self.steps = 0
+        # Seconds spent in collectives on the communication thread, and of those, seconds the step
+        # was blocked waiting for them (what overlap did not hide); summed over steps.
+        self.comm_seconds = 0.0
+        self.wait_seconds = 0.0
         self._on_first_run = on_first_run
+        _ENGINES[self.id] = self
         index = {p.name: i for i, p in enumerate(function.parameters)}
         results = list(function.results)
         self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
@@ -88,6 +100,11 @@ class Engine:
 
     def _step(self, arrays):
         outputs = self.executable.call(arrays, self.transport)
+        stats = getattr(self.executable, "comm_stats", None)
+        if stats is not None:
+            wait, comm = stats()
+            self.wait_seconds += wait
+            self.comm_seconds += comm
         for result_pos, input_pos in self.state_writeback:
             np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
         self.steps += 1

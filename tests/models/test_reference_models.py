@@ -32,7 +32,7 @@ def scope_tensors(scope) -> dict:
     return values
 
 
-def train(model, optimizer, transpiled, batches):
+def train(model, optimizer, transpiled, batches, backend=None):
     main, startup, _, loss = build_program(model, optimizer, lr=LR[optimizer], **MODEL_KWARGS.get(model, {}))
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
@@ -41,7 +41,7 @@ def train(model, optimizer, transpiled, batches):
         initial = scope_tensors(scope)
         if transpiled:
             assert paddle_ngraph.unsupported_ops(main) == []
-            assert paddle_ngraph.transpile(main) is main
+            assert paddle_ngraph.transpile(main, backend=backend) is main
             assert "ngraph_engine" in str(main)
         losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0]) for feed in batches]
         final = scope_tensors(scope)
@@ -64,12 +64,12 @@ def assert_state_close(got, ref, optimizer, name, tol=1e-4):
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("model", list(MODELS))
-def test_training_matches_paddle(model, ir, optimizer):
+def test_training_matches_paddle(model, ir, optimizer, backend):
     rng = np.random.default_rng(7)
     batches = [make_batch(model, BATCH, rng) for _ in range(STEPS)]
     with ir_guard(ir):
         ref_losses, initial, ref_final = train(model, optimizer, False, batches)
-        losses, _, final = train(model, optimizer, True, batches)
+        losses, _, final = train(model, optimizer, True, batches, backend)
     assert np.all(np.isfinite(ref_losses))
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
     changed = [n for n in ref_final if n in initial and not np.array_equal(initial[n], ref_final[n])]

@@ -18,14 +18,14 @@ def parameter_names(main):
     return sorted(p.name for p in main.all_parameters())
 
 
-def train(optimizer, transpiled, steps=STEPS, batch=32):
+def train(optimizer, transpiled, steps=STEPS, batch=32, backend=None):
     main, startup, _, loss = build_program("mnist_mlp", optimizer, lr=0.03 if optimizer != "adam" else 0.001)
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
     with paddle.static.scope_guard(scope):
         exe.run(startup)
         if transpiled:
-            assert paddle_ngraph.transpile(main) is main
+            assert paddle_ngraph.transpile(main, backend=backend) is main
         losses = []
         for step in range(steps):
             xb, yb = shard(x_all, y_all, batch, 0, 1, step)
@@ -36,10 +36,10 @@ def train(optimizer, transpiled, steps=STEPS, batch=32):
 
 @pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
-def test_losses_and_parameters_equal_paddle(ir, optimizer):
+def test_losses_and_parameters_equal_paddle(ir, optimizer, backend):
     with ir_guard(ir):
         _, ref_losses, ref_params = train(optimizer, transpiled=False)
-        main, losses, params = train(optimizer, transpiled=True)
+        main, losses, params = train(optimizer, transpiled=True, backend=backend)
     assert ref_losses[-1] < ref_losses[0]
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     assert params.keys() == ref_params.keys() and len(params) == 4

@@ -141,7 +141,10 @@ void Executor::run(void* const* inputs, int n_inputs) {
   wait_seconds_ = 0;
   comm_seconds_ = 0;
   int started = 0, waited = 0;
-  for (auto& step : steps_) {
+  if (profiling_) step_seconds_.assign(steps_.size(), 0.0);
+  for (size_t index = 0; index < steps_.size(); ++index) {
+    auto& step = steps_[index];
+    const double step_start = profiling_ ? now_seconds() : 0.0;
     switch (step.kind) {
       case StepKind::Compute:
         try {
@@ -182,6 +185,7 @@ void Executor::run(void* const* inputs, int n_inputs) {
         break;
       }
     }
+    if (profiling_) step_seconds_[index] = now_seconds() - step_start;
   }
 }
 

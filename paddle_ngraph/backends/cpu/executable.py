@@ -162,6 +162,12 @@ class CPUExecutable(Executable):
         self.last = specialization
         return specialization.native.run(arrays)
 
+    def comm_stats(self) -> tuple[float, float]:
+        """(seconds blocked waiting for collectives, seconds collectives ran) in the last call."""
+        if self.last is None:
+            return 0.0, 0.0
+        return self.last.native.last_wait_seconds, self.last.native.last_comm_seconds
+
     def _specialization(self, arrays, transport) -> Specialization:
         signature = tuple(a.shape for a in arrays)
         if transport is not self._transport:

@@ -62,6 +62,7 @@ class InterpreterExecutable(Executable):
 
 @register_backend("INTERPRETER")
 class InterpreterBackend(Backend):
+    # ``threads`` and other options of the native backends are accepted and unused: NumPy decides.
     def __init__(self, **options):
         self.options = options
 

@@ -78,6 +78,9 @@ class Executor {
   // the hidden share of communication is 1 - wait / comm.
   double last_wait_seconds() const { return wait_seconds_; }
   double last_comm_seconds() const { return comm_seconds_; }
+  // Per-step wall time of the last run (seconds; Wait steps included), when profiling is on.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& step_seconds() const { return step_seconds_; }
 
  private:
   enum class BufferKind { Arena, Input, Constant, View };
@@ -137,6 +140,8 @@ class Executor {
   bool stopping_ = false;
   bool broken_ = false;  // a run failed with collectives in flight: refuse further runs
   double wait_seconds_ = 0, comm_seconds_ = 0;
+  bool profiling_ = false;
+  std::vector<double> step_seconds_;
 };
 
 }  // namespace pdng
