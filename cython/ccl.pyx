@@ -117,3 +117,9 @@ def barrier():
 def finalize():
     with nogil:
         pdng_ccl_finalize()
+
+
+def allreduce_address():
+    """Addresses of pdng_ccl_allreduce and pdng_ccl_last_error, for the CPU backend's
+    communication thread, which calls oneCCL from C++ without Python."""
+    return <size_t>&pdng_ccl_allreduce, <size_t>&pdng_ccl_last_error

@@ -15,8 +15,9 @@ cimport numpy as cnp
 
 from paddle_ngraph.errors import ExecutionError
 
-from pdng_cpu cimport (Executor, NodeInfo, TensorDesc, pdng_make_desc, kernel_op_types, num_threads,
-                       make_mpi_communicator, mpi_available)
+from pdng_cpu cimport (AllreduceFn, Executor, LastErrorFn, NodeInfo, TensorDesc, kernel_op_types,
+                       make_function_communicator, make_mpi_communicator, mpi_available, num_threads,
+                       pdng_make_desc)
 
 cnp.import_array()
 
@@ -161,6 +162,11 @@ cdef class NativeExecutable:
             self.executor.set_communicator(make_mpi_communicator())
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
+
+    def use_native_functions(self, int rank, int size, uintptr_t allreduce, uintptr_t last_error):
+        """Allreduce through C functions of the pdng_ccl ABI (the oneCCL transport), called from C++."""
+        self.executor.set_communicator(make_function_communicator(rank, size, <AllreduceFn>allreduce,
+                                                                  <LastErrorFn>last_error))
 
     def run(self, list inputs):
         """Runs one step on C-contiguous arrays; returns the results as views of the arena."""

@@ -63,6 +63,12 @@ cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
     shared_ptr[Communicator] make_mpi_communicator() except +
 
 
+cdef extern from "pdng/function_communicator.h" namespace "pdng" nogil:
+    ctypedef int (*AllreduceFn)(const void*, void*, size_t, int, int)
+    ctypedef const char* (*LastErrorFn)()
+    shared_ptr[Communicator] make_function_communicator(int, int, AllreduceFn, LastErrorFn) except +
+
+
 cdef extern from *:
     """
     #include "pdng/kernel.h"

@@ -51,6 +51,7 @@ SCHEMA: dict[str, Option] = {
     "backend": Option("str", choices=_backends, case="upper"),
     "transport": Option("str", choices=TRANSPORTS, case="lower"),
     "bucket_mb": Option("number", minimum=0),
+    "min_buckets": Option("int", minimum=1),
     "reduction": Option("str", choices=REDUCTIONS, case="lower"),
     "threads": Option("int", minimum=0),
     "timeout_s": Option("number", minimum=0, exclusive_minimum=True),

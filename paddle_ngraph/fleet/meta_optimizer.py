@@ -122,7 +122,8 @@ class NgraphOptimizer(MetaOptimizerBase):
         self.transport = make_transport_for(config, info)
         self.program = loss.block.program
         transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
-                  bucket_mb=config["bucket_mb"], reduction=config["reduction"], threads=config["threads"])
+                  bucket_mb=config["bucket_mb"], min_buckets=config["min_buckets"], reduction=config["reduction"],
+                  threads=config["threads"])
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport", self.transport.rank,
                  self.transport.size, config["backend"], self.transport.name)
         return optimize_ops, params_grads

@@ -53,7 +53,7 @@ _FLAG_DOC = """Run collective static-graph training on paddle_ngraph's engine (C
 ``fleet.distributed_optimizer(opt, strategy).minimize(loss)`` appends backward and the
 optimizer, then ``paddle_ngraph.transpile``s the program. Default: False."""
 
-_CONFIGS_DOC = """paddle_ngraph's configuration overrides: backend, transport, bucket_mb, reduction,
+_CONFIGS_DOC = """paddle_ngraph's configuration overrides: backend, transport, bucket_mb, min_buckets, reduction,
 threads, timeout_s, log_level (documented in configs/defaults.yaml). Assigning a dict merges
 it into the keys set before; a wrong key or type raises ConfigError."""
 

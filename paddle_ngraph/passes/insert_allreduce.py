@@ -4,9 +4,14 @@ After Paddle's ``GradAllReduce`` transpiler, but on the IR: every optimizer
 update node names its gradient input (``OptimizerUpdate.grad_input``). Gradients
 are grouped into buckets in the order the backward pass produces them (node
 creation order follows the program's op order), one fused AllReduce per bucket,
-a new bucket at each dtype change or when ``bucket_bytes`` is reached
+a new bucket at each dtype change or when the bucket size is reached
 (0: one AllReduce per gradient). The grouping depends only on the function, so
 every rank builds the same collectives in the same order.
+
+The bucket size is ``bucket_bytes``, lowered so that the gradients make at least
+``min_buckets`` buckets: a bucket can only be sent once complete, so one bucket for
+a whole small model would leave nothing to overlap with the backward pass (the
+CPU backend starts each bucket's AllReduce as soon as it is complete).
 
 Averaging is the AllReduce's ``avg`` reduction: the transport sums, then scales
 by 1/N once, so that the update sees the mean gradient of the global batch.
@@ -22,9 +27,11 @@ from .base import FunctionPass
 class InsertAllReduce(FunctionPass):
     name = "insert_allreduce"
 
-    def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=()):
+    def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=(),
+                 min_buckets: int = 1):
         self.nranks = nranks
         self.bucket_bytes = bucket_bytes
+        self.min_buckets = max(1, int(min_buckets))
         self.reduction = reduction
         self.skip_params = set(skip_params)
         self.buckets: list[list[str]] = []  # parameter names per bucket, for reports
@@ -41,10 +48,15 @@ class InsertAllReduce(FunctionPass):
         updates.sort(key=lambda n: (n.inputs[n.grad_input].node.id, n.inputs[n.param_input].node.name))
         buckets: list[list[OptimizerUpdate]] = []
         size = 0
+        cap = self.bucket_bytes
+        if cap > 0 and self.min_buckets > 1:
+            total = sum(u.inputs[u.grad_input].type.nbytes() for u in updates)
+            cap = min(cap, -(-total // self.min_buckets))
+        self.effective_bucket_bytes = cap
         for update in updates:
             grad = update.inputs[update.grad_input]
             nbytes = grad.type.nbytes()
-            if (not buckets or self.bucket_bytes == 0 or size >= self.bucket_bytes
+            if (not buckets or cap == 0 or size >= cap
                     or buckets[-1][0].inputs[buckets[-1][0].grad_input].dtype != grad.dtype):
                 buckets.append([])
                 size = 0

@@ -21,7 +21,8 @@ __all__ = ["transpile", "engines"]
 
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
-              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0):
+              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
+              min_buckets: int = 4):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -29,6 +30,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``nranks``: ranks of data-parallel training (default: the launcher's, else 1).
     ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
+    ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     """
     from ..distributed import initial_sync, resolve_transport
@@ -42,7 +44,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if transport.size > 1:
         skip = {n for n, v in view.vars.items() if v.is_distributed}
         passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
-                                      reduction=reduction, skip_params=skip))
+                                      reduction=reduction, skip_params=skip, min_buckets=min_buckets))
     PassManager(passes).run(function)
     executable = get_backend(backend or default_backend(), threads=threads).compile(function)
     engine = Engine(function, executable, fetch, transport=transport,

@@ -17,7 +17,7 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = "valid keys: backend, bucket_mb, log_level, reduction, threads, timeout_s, transport"
+VALID_KEYS = "valid keys: backend, bucket_mb, log_level, min_buckets, reduction, threads, timeout_s, transport"
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +56,7 @@ def test_configs_are_validated_normalized_and_merged():
     ({"threads": 1.5}, "'threads' must be an integer"),
     ({"threads": True}, "'threads' must be an integer, got bool"),
     ({"timeout_s": 0}, "'timeout_s' must be > 0"),
-    ({"backend": "CPU"}, "unknown backend 'CPU'; valid: INTERPRETER"),
+    ({"backend": "GPU"}, "unknown backend 'GPU'; valid: CPU, INTERPRETER"),
     ({"transport": "tcp"}, "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
     ({"reduction": "max"}, "unknown reduction 'max'; valid: avg, sum"),
     ({"log_level": "loud"}, "unknown log_level 'LOUD'; valid: DEBUG, INFO, WARNING, ERROR, CRITICAL"),
@@ -110,7 +110,7 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 
 # --- precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > PADDLE_NGRAPH_CONFIG file > defaults ---------
 def test_defaults():
-    assert cfg.resolve_config({}) == {"backend": "INTERPRETER", "transport": "auto", "bucket_mb": 32,
+    assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "threads": 0, "timeout_s": 300, "log_level": "WARNING"}
 
 
@@ -127,7 +127,7 @@ def test_precedence(tmp_path, monkeypatch):
     assert resolved["transport"] == "null"         # environment beats the file and the defaults
     assert resolved["timeout_s"] == 2.5
     assert resolved["reduction"] == "sum" and resolved["threads"] == 3  # the file beats the defaults
-    assert resolved["backend"] == "INTERPRETER"    # the defaults
+    assert resolved["backend"] == "CPU"            # the defaults
     assert cfg.resolve_config({})["bucket_mb"] == 2
     s = fleet.DistributedStrategy()
     s.ngraph_configs = {"threads": 4}
@@ -137,7 +137,7 @@ def test_precedence(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name,value,message", [
     ("PADDLE_NGRAPH_BUCKET_MB", "big", "environment variable PADDLE_NGRAPH_BUCKET_MB='big': 'bucket_mb' must be a number"),
     ("PADDLE_NGRAPH_THREADS", "1.5", "environment variable PADDLE_NGRAPH_THREADS='1.5': 'threads' must be an integer"),
-    ("PADDLE_NGRAPH_BACKEND", "CPU", "environment variable PADDLE_NGRAPH_BACKEND: unknown backend 'CPU'; valid: INTERPRETER"),
+    ("PADDLE_NGRAPH_BACKEND", "GPU", "environment variable PADDLE_NGRAPH_BACKEND: unknown backend 'GPU'; valid: CPU, INTERPRETER"),
     ("PADDLE_NGRAPH_TRANSPORT", "gloo", "environment variable PADDLE_NGRAPH_TRANSPORT: unknown transport 'gloo'; valid:"),
 ])
 def test_bad_environment_variables_are_named(monkeypatch, name, value, message):

@@ -113,10 +113,21 @@ class Specialization:
         native.set_results([buffer_of(o) for o in results], [(o.type.dtype.numpy, o.type.shape) for o in results])
         if self.collectives:
             native.use_fallback(self._run_collective)
-            if (self.transport is not None and self.transport.size > 1 and self.transport.name == "MPI"
-                    and cpu.has_native_mpi()):
-                native.use_native_mpi()
+            self._use_native_communicator(native)
         return native
+
+    def _use_native_communicator(self, native):
+        """AllReduce from C++ on the communication thread where the transport allows: MPI directly,
+        oneCCL through its C ABI. Other collectives and dtypes go through the Python fallback."""
+        transport = self.transport
+        if transport is None or transport.size <= 1:
+            return
+        if transport.name == "MPI" and _native().has_native_mpi():
+            native.use_native_mpi()
+        elif transport.name == "CCL":
+            from ... import _ccl
+
+            native.use_native_functions(transport.rank, transport.size, *_ccl.allreduce_address())
 
     def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
         """A collective the native communicator does not handle: the reference kernel over the
@@ -157,7 +168,7 @@ class CPUExecutable(Executable):
             if array.ndim != expected.rank or any(e >= 0 and e != a for e, a in zip(expected.shape, array.shape)):
                 raise ExecutionError(f"input '{p.name}': shape {list(array.shape)}, the function declares "
                                      f"{[d if d >= 0 else None for d in expected.shape]}")
-            arrays.append(np.ascontiguousarray(array))
+            arrays.append(np.require(array, requirements="C"))  # (ascontiguousarray makes 0-d 1-d)
         specialization = self._specialization(arrays, transport)
         self.last = specialization
         return specialization.native.run(arrays)

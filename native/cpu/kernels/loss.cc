@@ -1,0 +1,453 @@
+// Kernels of the loss ops: SoftmaxCrossEntropy, CrossEntropy (on probabilities) and their backprops.
+//
+// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/{basic,nn}.py) is the
+// specification: elementwise steps in the data's dtype, in its order (log_softmax = shifted -
+// log(sum(exp(shifted))), softmax = exp(log_softmax), as Paddle's fused kernel); sums accumulate
+// in double and are cast to the dtype where the interpreter holds the sum. Hard labels are int64
+// or int32 shaped like the logits with size 1 on the class axis; a label that is neither
+// ignore_index nor in [0, classes) raises Error naming it. Plain loops with OpenMP, float32 and float64.
+// (oneDNN's softmax_log is not used: its log-sum is ~1e-6 off, too coarse for small losses at rtol 1e-5,
+// and its exp maps NaN to inf.)
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "pdng/kernel.h"
+
+namespace pdng {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+constexpr int64_t kLanes = 64;
+
+int64_t prod(const Shape& s, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i) n *= s[i];
+  return n;
+}
+
+int normalize_axis(int64_t axis, int rank, const std::string& what) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  PDNG_CHECK(a >= 0 && a < rank, what + " " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return static_cast<int>(a);
+}
+
+void check_arity(const NodeInfo& node, size_t n_in, size_t n_out) {
+  PDNG_CHECK(node.inputs.size() == n_in && node.outputs.size() == n_out,
+             node.op_type + " expects " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs, got " +
+                 std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()));
+}
+
+void check_like(const TensorDesc& t, const TensorDesc& ref, const std::string& what) {
+  PDNG_CHECK(t.dtype == ref.dtype && t.shape == ref.shape, what + " " + t.str() + " does not match " + ref.str());
+}
+
+void check_count(const TensorDesc& t, DType dtype, int64_t count, const std::string& what) {
+  PDNG_CHECK(t.dtype == dtype && t.numel() == count,
+             what + " " + t.str() + " must hold " + std::to_string(count) + " " + dtype_name(dtype) + " values");
+}
+
+// A hard label tensor: int64 or int32, one label per reduction row.
+void check_hard_label(const TensorDesc& label, int64_t rows, const std::string& logits) {
+  PDNG_CHECK(label.dtype == DType::Int64 || label.dtype == DType::Int32,
+             "hard label must be int64 or int32, got " + label.str());
+  PDNG_CHECK(label.numel() == rows, "hard label " + label.str() + " does not match " + logits +
+                                        " (one label per row: " + std::to_string(rows) + ")");
+}
+
+// Throws Error for the first label that is neither ignore_index nor in [0, classes).
+template <class L>
+void check_labels(const L* label, int64_t count, int64_t ignore_index, int64_t classes) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t v = static_cast<int64_t>(label[i]);
+    if (v != ignore_index && (v < 0 || v >= classes))
+      throw Error("label " + std::to_string(v) + " out of range [0, " + std::to_string(classes) + ") (ignore_index " +
+                  std::to_string(ignore_index) + ")");
+  }
+}
+
+template <template <class> class K>
+std::unique_ptr<Kernel> make_float_kernel(const NodeInfo& node, DType dtype) {
+  PDNG_DISPATCH_FLOAT(dtype, T, return std::unique_ptr<Kernel>(new K<T>(node)));
+  return nullptr;
+}
+
+// Paddle's TolerableValue(log(x)): infinities become +-1e20 (NaN stays NaN).
+template <class T>
+inline T tolerable_log(T v) {
+  const T bound = static_cast<T>(1e20);
+  const T l = std::log(v);
+  return l > bound ? bound : (l < -bound ? -bound : l);
+}
+
+// --- along one axis -----------------------------------------------------------------------------------
+// The logits as [outer, n, inner], n classes; labels and losses as [outer, inner].
+struct AxisLayout {
+  int64_t outer = 1, n = 1, inner = 1;
+  int64_t numel() const { return outer * n * inner; }
+  int64_t rows() const { return outer * inner; }
+};
+
+AxisLayout axis_layout(const Shape& shape, int axis) {
+  AxisLayout L;
+  L.outer = prod(shape, 0, axis);
+  L.n = shape[axis];
+  L.inner = prod(shape, axis + 1, shape.size());
+  return L;
+}
+
+// Calls body(tag, base, lanes, row) for groups of lanes: element k of lane j is at
+// base + k * stride + j and its label/loss at row + j; stride 1 and one lane when tag is
+// std::true_type (inner == 1), else stride inner and up to kLanes lanes.
+template <class Body>
+void for_each_lane_group(const AxisLayout& L, Body&& body) {
+  const bool parallel = L.numel() >= kParallelMin;
+  if (L.inner == 1) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t o = 0; o < L.outer; ++o) {
+      Body b = body;  // a private copy: its captures then live in registers
+      b(std::true_type{}, o * L.n, int64_t(1), o);
+    }
+  } else {
+    const int64_t blocks = (L.inner + kLanes - 1) / kLanes;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t item = 0; item < L.outer * blocks; ++item) {
+      const int64_t o = item / blocks, j0 = (item % blocks) * kLanes;
+      Body b = body;
+      b(std::false_type{}, o * L.n * L.inner + j0, std::min(kLanes, L.inner - j0), o * L.inner + j0);
+    }
+  }
+}
+
+// --- SoftmaxCrossEntropy ------------------------------------------------------------------------------
+// Inputs (logits, label); outputs (softmax, loss). shifted = logits - max, log_sum = log(sum(exp(shifted))),
+// log_softmax = shifted - log_sum, softmax = exp(log_softmax); loss = -sum(label * log_softmax) (soft) or
+// -log_softmax[label] (hard; 0 where label == ignore_index).
+template <class T>
+class SoftmaxCrossEntropyKernel : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropyKernel(const NodeInfo& node) {
+    check_arity(node, 2, 2);
+    const TensorDesc& logits = node.inputs[0];
+    PDNG_CHECK(logits.rank() >= 1, "logits need rank >= 1, got " + logits.str());
+    L_ = axis_layout(logits.shape, normalize_axis(node.attrs.get_int("axis", -1), logits.rank(), "axis"));
+    soft_ = node.attrs.get_bool("soft_label", false);
+    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    if (soft_)
+      check_like(node.inputs[1], logits, "soft label");
+    else
+      check_hard_label(node.inputs[1], L_.rows(), logits.str());
+    label_dtype_ = node.inputs[1].dtype;
+    check_like(node.outputs[0], logits, "output softmax");
+    check_count(node.outputs[1], logits.dtype, L_.rows(), "output loss");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    T* y = out[0].as<T>();
+    T* loss = out[1].as<T>();
+    if (soft_) {
+      compute<true>(x, in[1].as<T>(), y, loss);
+    } else if (label_dtype_ == DType::Int64) {
+      check_labels(in[1].as<int64_t>(), L_.rows(), ignore_index_, L_.n);
+      compute<false>(x, in[1].as<int64_t>(), y, loss);
+    } else {
+      check_labels(in[1].as<int32_t>(), L_.rows(), ignore_index_, L_.n);
+      compute<false>(x, in[1].as<int32_t>(), y, loss);
+    }
+  }
+
+ private:
+  template <bool kSoft, class Label>
+  void compute(const T* x, const Label* label, T* y, T* loss) {
+    if (L_.numel() == 0) {
+      // No classes: the interpreter's sums are 0 and log(0) = -inf; no label can be valid but
+      // ignored ones (loss 0). Soft: -sum over nothing = -0.
+      for (int64_t r = 0; r < L_.rows(); ++r) loss[r] = kSoft ? -T(0) : T(0);
+      return;
+    }
+    const int64_t n = L_.n, inner = L_.inner, ignore_index = ignore_index_;
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t row) {
+      constexpr bool kRow = decltype(tag)::value;
+      constexpr int64_t W = kRow ? 1 : kLanes;
+      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
+      const T* xb = x + base;
+      T* yb = y + base;
+      T mx[W], log_sum[W];
+      double sum[W];
+      for (int64_t j = 0; j < J; ++j) mx[j] = xb[j], sum[j] = 0;
+      for (int64_t k = 1; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) mx[j] = std::max(mx[j], xb[k * S + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) sum[j] += std::exp(xb[k * S + j] - mx[j]);
+      for (int64_t j = 0; j < J; ++j) log_sum[j] = std::log(static_cast<T>(sum[j]));
+      if constexpr (kSoft) {
+        const T* lb = reinterpret_cast<const T*>(label) + base;
+        double acc[W];
+        for (int64_t j = 0; j < J; ++j) acc[j] = 0;
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < J; ++j) {
+            const T log_softmax = (xb[k * S + j] - mx[j]) - log_sum[j];
+            yb[k * S + j] = std::exp(log_softmax);
+            acc[j] += lb[k * S + j] * log_softmax;
+          }
+        for (int64_t j = 0; j < J; ++j) loss[row + j] = -static_cast<T>(acc[j]);
+      } else {
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < J; ++j) yb[k * S + j] = std::exp((xb[k * S + j] - mx[j]) - log_sum[j]);
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t l = static_cast<int64_t>(label[row + j]);
+          loss[row + j] = l == ignore_index ? T(0) : -((xb[l * S + j] - mx[j]) - log_sum[j]);
+        }
+      }
+    });
+  }
+
+  AxisLayout L_;
+  bool soft_ = false;
+  int64_t ignore_index_ = -100;
+  DType label_dtype_ = DType::Int64;
+};
+
+// Inputs (softmax, label, loss gradient); output the logits gradient:
+// (softmax - label) * g (soft), (softmax - onehot(label)) * g (hard; 0 where label == ignore_index),
+// g broadcast along the class axis (or elementwise if it has the softmax's shape).
+template <class T>
+class SoftmaxCrossEntropyBackpropKernel : public Kernel {
+ public:
+  explicit SoftmaxCrossEntropyBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 3, 1);
+    const TensorDesc& softmax = node.inputs[0];
+    PDNG_CHECK(softmax.rank() >= 1, "softmax needs rank >= 1, got " + softmax.str());
+    L_ = axis_layout(softmax.shape, normalize_axis(node.attrs.get_int("axis", -1), softmax.rank(), "axis"));
+    soft_ = node.attrs.get_bool("soft_label", false);
+    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    if (soft_)
+      check_like(node.inputs[1], softmax, "soft label");
+    else
+      check_hard_label(node.inputs[1], L_.rows(), softmax.str());
+    label_dtype_ = node.inputs[1].dtype;
+    const TensorDesc& g = node.inputs[2];
+    PDNG_CHECK(g.dtype == softmax.dtype && (g.numel() == L_.rows() || g.numel() == L_.numel()),
+               "loss gradient " + g.str() + " matches neither the loss nor the softmax " + softmax.str());
+    full_grad_ = g.numel() != L_.rows();
+    check_like(node.outputs[0], softmax, "output");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    if (soft_) {
+      compute<true>(in[0].as<T>(), in[1].as<T>(), in[2].as<T>(), out[0].as<T>());
+    } else if (label_dtype_ == DType::Int64) {
+      check_labels(in[1].as<int64_t>(), L_.rows(), ignore_index_, L_.n);
+      compute<false>(in[0].as<T>(), in[1].as<int64_t>(), in[2].as<T>(), out[0].as<T>());
+    } else {
+      check_labels(in[1].as<int32_t>(), L_.rows(), ignore_index_, L_.n);
+      compute<false>(in[0].as<T>(), in[1].as<int32_t>(), in[2].as<T>(), out[0].as<T>());
+    }
+  }
+
+ private:
+  template <bool kSoft, class Label>
+  void compute(const T* softmax, const Label* label, const T* g, T* grad) {
+    if (L_.numel() == 0) return;
+    const int64_t n = L_.n, inner = L_.inner, ignore_index = ignore_index_;
+    const bool full = full_grad_;
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t row) {
+      constexpr bool kRow = decltype(tag)::value;
+      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
+      const T* sb = softmax + base;
+      T* gb = grad + base;
+      // The loss gradient of element (k, j): gr[j] when broadcast, gf[k * S + j] when full.
+      const T* gr = g + row;
+      const T* gf = g + base;
+      if constexpr (kSoft) {
+        const T* lb = reinterpret_cast<const T*>(label) + base;
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < J; ++j)
+            gb[k * S + j] = (sb[k * S + j] - lb[k * S + j]) * (full ? gf[k * S + j] : gr[j]);
+      } else {
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < J; ++j) gb[k * S + j] = sb[k * S + j] * (full ? gf[k * S + j] : gr[j]);
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t l = static_cast<int64_t>(label[row + j]);
+          if (l == ignore_index) {
+            for (int64_t k = 0; k < n; ++k) gb[k * S + j] = T(0);
+          } else {
+            gb[l * S + j] = (sb[l * S + j] - T(1)) * (full ? gf[l * S + j] : gr[j]);
+          }
+        }
+      }
+    });
+  }
+
+  AxisLayout L_;
+  bool soft_ = false, full_grad_ = false;
+  int64_t ignore_index_ = -100;
+  DType label_dtype_ = DType::Int64;
+};
+
+// --- CrossEntropy on probabilities (last axis) ------------------------------------------------------------
+// Soft: loss = -sum(label * tolerable_log(x)). Hard: match = x[label] (0 where ignored),
+// loss = -tolerable_log(match) (0 where ignored); outputs (loss, match).
+struct RowLayout {
+  int64_t rows = 0, D = 0;
+};
+
+RowLayout cross_entropy_layout(const TensorDesc& x) {
+  PDNG_CHECK(x.rank() >= 1, "x needs rank >= 1, got " + x.str());
+  RowLayout L;
+  L.rows = prod(x.shape, 0, x.shape.size() - 1);
+  L.D = x.shape.back();
+  return L;
+}
+
+template <class T>
+class CrossEntropyKernel : public Kernel {
+ public:
+  explicit CrossEntropyKernel(const NodeInfo& node) {
+    soft_ = node.attrs.get_bool("soft_label", false);
+    check_arity(node, 2, soft_ ? 1 : 2);
+    const TensorDesc& x = node.inputs[0];
+    L_ = cross_entropy_layout(x);
+    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    if (soft_)
+      check_like(node.inputs[1], x, "soft label");
+    else
+      check_hard_label(node.inputs[1], L_.rows, x.str());
+    label_dtype_ = node.inputs[1].dtype;
+    for (const TensorDesc& o : node.outputs) check_count(o, x.dtype, L_.rows, "output");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    T* loss = out[0].as<T>();
+    const int64_t rows = L_.rows, D = L_.D;
+    const bool parallel = rows * D >= kParallelMin;
+    if (soft_) {
+      const T* label = in[1].as<T>();
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * D;
+        const T* lr = label + r * D;
+        double acc = 0;
+        for (int64_t j = 0; j < D; ++j) acc += lr[j] * tolerable_log(xr[j]);
+        loss[r] = -static_cast<T>(acc);
+      }
+    } else if (label_dtype_ == DType::Int64) {
+      hard(x, in[1].as<int64_t>(), loss, out[1].as<T>());
+    } else {
+      hard(x, in[1].as<int32_t>(), loss, out[1].as<T>());
+    }
+  }
+
+ private:
+  template <class Label>
+  void hard(const T* x, const Label* label, T* loss, T* match) {
+    const int64_t rows = L_.rows, D = L_.D, ignore_index = ignore_index_;
+    check_labels(label, rows, ignore_index, D);
+#pragma omp parallel for schedule(static) if (rows >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t l = static_cast<int64_t>(label[r]);
+      if (l == ignore_index) {
+        match[r] = T(0);
+        loss[r] = T(0);
+      } else {
+        const T m = x[r * D + l];
+        match[r] = m;
+        loss[r] = -tolerable_log(m);
+      }
+    }
+  }
+
+  RowLayout L_;
+  bool soft_ = false;
+  int64_t ignore_index_ = -100;
+  DType label_dtype_ = DType::Int64;
+};
+
+// Inputs (x, label, loss gradient); output the gradient of x:
+// soft: -label * g / x; hard: -g / x[label] at the label, 0 elsewhere and where ignored.
+template <class T>
+class CrossEntropyBackpropKernel : public Kernel {
+ public:
+  explicit CrossEntropyBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 3, 1);
+    const TensorDesc& x = node.inputs[0];
+    L_ = cross_entropy_layout(x);
+    soft_ = node.attrs.get_bool("soft_label", false);
+    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    if (soft_)
+      check_like(node.inputs[1], x, "soft label");
+    else
+      check_hard_label(node.inputs[1], L_.rows, x.str());
+    label_dtype_ = node.inputs[1].dtype;
+    const TensorDesc& g = node.inputs[2];
+    const int64_t numel = L_.rows * L_.D;
+    PDNG_CHECK(g.dtype == x.dtype && (g.numel() == L_.rows || (soft_ && g.numel() == numel)),
+               "loss gradient " + g.str() + " does not match the loss of " + x.str());
+    full_grad_ = g.numel() != L_.rows;
+    check_like(node.outputs[0], x, "output");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* g = in[2].as<T>();
+    T* grad = out[0].as<T>();
+    const int64_t rows = L_.rows, D = L_.D;
+    const bool parallel = rows * D >= kParallelMin;
+    if (soft_) {
+      const T* label = in[1].as<T>();
+      const bool full = full_grad_;
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < D; ++j) {
+          const int64_t i = r * D + j;
+          grad[i] = -label[i] * (full ? g[i] : g[r]) / x[i];
+        }
+    } else if (label_dtype_ == DType::Int64) {
+      hard(x, in[1].as<int64_t>(), g, grad);
+    } else {
+      hard(x, in[1].as<int32_t>(), g, grad);
+    }
+  }
+
+ private:
+  template <class Label>
+  void hard(const T* x, const Label* label, const T* g, T* grad) {
+    const int64_t rows = L_.rows, D = L_.D, ignore_index = ignore_index_;
+    check_labels(label, rows, ignore_index, D);
+#pragma omp parallel for schedule(static) if (rows * D >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      T* gr = grad + r * D;
+      std::fill(gr, gr + D, T(0));
+      const int64_t l = static_cast<int64_t>(label[r]);
+      if (l != ignore_index) gr[l] = -g[r] / x[r * D + l];
+    }
+  }
+
+  RowLayout L_;
+  bool soft_ = false, full_grad_ = false;
+  int64_t ignore_index_ = -100;
+  DType label_dtype_ = DType::Int64;
+};
+
+// --- registration ------------------------------------------------------------------------------------
+template <template <class> class K>
+KernelFactory float_factory() {
+  return [](const NodeInfo& node) {
+    PDNG_CHECK(!node.inputs.empty(), node.op_type + " expects inputs");
+    return make_float_kernel<K>(node, node.inputs[0].dtype);
+  };
+}
+
+PDNG_REGISTER_KERNEL("SoftmaxCrossEntropy", float_factory<SoftmaxCrossEntropyKernel>());
+PDNG_REGISTER_KERNEL("SoftmaxCrossEntropyBackprop", float_factory<SoftmaxCrossEntropyBackpropKernel>());
+PDNG_REGISTER_KERNEL("CrossEntropy", float_factory<CrossEntropyKernel>());
+PDNG_REGISTER_KERNEL("CrossEntropyBackprop", float_factory<CrossEntropyBackpropKernel>());
+
+}  // namespace
+}  // namespace pdng

@@ -1,0 +1,837 @@
+// Kernels of the normalization ops: Softmax, BatchNorm*, LayerNorm, LRN and their backprops.
+//
+// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/{basic,nn}.py) is the
+// specification: every elementwise step is done in the data's dtype, in the interpreter's
+// order (which is Paddle's where it matters: two-pass variance, the folded batch-norm scale
+// and bias, the backprop formulas). Sums accumulate in double and are cast to the dtype where
+// the interpreter holds the sum (NumPy sums pairwise in the dtype; double is at least as exact).
+// Reductions that span many rows are split into a fixed number of chunks, independent of the
+// thread count, so results do not depend on it. Plain loops with OpenMP, float32 and float64;
+// float32 Softmax runs oneDNN's (vectorized exp) where oneDNN has an implementation.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "pdng/dnnl_common.h"
+#include "pdng/kernel.h"
+
+namespace pdng {
+namespace {
+
+// Below this many elements a kernel runs on the calling thread only.
+constexpr int64_t kParallelMin = 1 << 15;
+// Lanes handled together when reducing along a non-innermost axis.
+constexpr int64_t kLanes = 64;
+
+int64_t prod(const Shape& s, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i) n *= s[i];
+  return n;
+}
+
+int normalize_axis(int64_t axis, int rank, const std::string& what) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  PDNG_CHECK(a >= 0 && a < rank, what + " " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return static_cast<int>(a);
+}
+
+void check_arity(const NodeInfo& node, size_t n_in, size_t n_out) {
+  PDNG_CHECK(node.inputs.size() == n_in && node.outputs.size() == n_out,
+             node.op_type + " expects " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs, got " +
+                 std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()));
+}
+
+void check_like(const TensorDesc& t, const TensorDesc& ref, const std::string& what) {
+  PDNG_CHECK(t.dtype == ref.dtype && t.shape == ref.shape, what + " " + t.str() + " does not match " + ref.str());
+}
+
+void check_vector(const TensorDesc& t, DType dtype, int64_t size, const std::string& what) {
+  PDNG_CHECK(t.dtype == dtype && t.numel() == size,
+             what + " " + t.str() + " must hold " + std::to_string(size) + " " + dtype_name(dtype) + " values");
+}
+
+// Creates K<float> or K<double> for a floating-point dtype.
+template <template <class> class K>
+std::unique_ptr<Kernel> make_float_kernel(const NodeInfo& node, DType dtype) {
+  PDNG_DISPATCH_FLOAT(dtype, T, return std::unique_ptr<Kernel>(new K<T>(node)));
+  return nullptr;
+}
+
+// --- reductions along one axis (softmax) ------------------------------------------------------
+// The tensor as [outer, n, inner], reduced along n.
+struct AxisLayout {
+  int64_t outer = 1, n = 1, inner = 1;
+  int64_t numel() const { return outer * n * inner; }
+};
+
+AxisLayout axis_layout(const Shape& shape, int axis) {
+  AxisLayout L;
+  L.outer = prod(shape, 0, axis);
+  L.n = shape[axis];
+  L.inner = prod(shape, axis + 1, shape.size());
+  return L;
+}
+
+// Calls body(tag, base, lanes) for groups of lanes (reduction rows): element k of lane j is at
+// base + k * stride + j, with stride 1 and one lane when tag is std::true_type (inner == 1,
+// contiguous rows), else stride inner and up to kLanes lanes.
+template <class Body>
+void for_each_lane_group(const AxisLayout& L, Body&& body) {
+  const bool parallel = L.numel() >= kParallelMin;
+  if (L.inner == 1) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t o = 0; o < L.outer; ++o) {
+      Body b = body;  // a private copy: its captures then live in registers
+      b(std::true_type{}, o * L.n, int64_t(1));
+    }
+  } else {
+    const int64_t blocks = (L.inner + kLanes - 1) / kLanes;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t item = 0; item < L.outer * blocks; ++item) {
+      const int64_t o = item / blocks, j0 = (item % blocks) * kLanes;
+      Body b = body;
+      b(std::false_type{}, o * L.n * L.inner + j0, std::min(kLanes, L.inner - j0));
+    }
+  }
+}
+
+// --- oneDNN softmax (float32) --------------------------------------------------------------------
+// A softmax_forward primitive on plain row-major tensors; init() returns false where oneDNN
+// has no implementation (the kernel then runs its loops).
+class DnnlSoftmax {
+ public:
+  bool init(const TensorDesc& x, int axis, dnnl::algorithm algorithm) {
+    try {
+      const dnnl::memory::desc md = plain_md(x);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::softmax_forward::primitive_desc pd(dnnl_engine(), dnnl::prop_kind::forward_inference, algorithm, md, md,
+                                               axis, attr);
+      prim_ = dnnl::softmax_forward(pd);
+      src_ = wrap(md);
+      dst_ = wrap(md);
+      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_},
+               {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd.scratchpad_desc(), dnnl_engine())}};
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+
+  void run(const void* x, void* y) {
+    src_.set_data_handle(const_cast<void*>(x));
+    dst_.set_data_handle(y);
+    prim_.execute(dnnl_stream(), args_);
+    dnnl_stream().wait();
+  }
+
+ private:
+  dnnl::primitive prim_;
+  dnnl::memory src_, dst_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+// Whether no element is NaN or +-inf (x * 0 is NaN exactly for those). oneDNN's softmax does not
+// propagate them as the interpreter does, so the loops handle tensors that hold any.
+bool all_finite(const float* x, int64_t n) {
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    float probe = 0;
+#pragma omp simd reduction(+ : probe)
+    for (int64_t i = b * kBlock; i < end; ++i) probe += x[i] * 0.0f;
+    bad |= probe != 0.0f;  // NaN != 0
+  }
+  return !bad;
+}
+
+// --- Softmax -----------------------------------------------------------------------------------
+// e = exp(x - max(x)); out = e / sum(e). float32 runs oneDNN's softmax_accurate (vectorized exp,
+// within ~3e-7 of the loops) unless the input holds NaN or inf.
+template <class T>
+class SoftmaxKernel : public Kernel {
+ public:
+  explicit SoftmaxKernel(const NodeInfo& node) {
+    check_arity(node, 1, 1);
+    const TensorDesc& x = node.inputs[0];
+    check_like(node.outputs[0], x, "output");
+    PDNG_CHECK(x.rank() >= 1, "softmax needs rank >= 1, got " + x.str());
+    const int axis = normalize_axis(node.attrs.get_int("axis", -1), x.rank(), "axis");
+    L_ = axis_layout(x.shape, axis);
+    if (std::is_same<T, float>::value && L_.numel() > 0)
+      use_dnnl_ = dnnl_.init(x, axis, dnnl::algorithm::softmax_accurate);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    if (L_.numel() == 0) return;
+    if (use_dnnl_ && all_finite(in[0].as<float>(), L_.numel())) {
+      dnnl_.run(in[0].data, out[0].data);
+      return;
+    }
+    const T* x = in[0].as<T>();
+    T* y = out[0].as<T>();
+    const int64_t n = L_.n, inner = L_.inner;
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes) {
+      constexpr bool kRow = decltype(tag)::value;
+      constexpr int64_t W = kRow ? 1 : kLanes;
+      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
+      const T* xb = x + base;
+      T* yb = y + base;
+      T mx[W], total[W];
+      double sum[W];
+      for (int64_t j = 0; j < J; ++j) mx[j] = xb[j], sum[j] = 0;
+      for (int64_t k = 1; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) mx[j] = std::max(mx[j], xb[k * S + j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) {
+          const T e = std::exp(xb[k * S + j] - mx[j]);
+          yb[k * S + j] = e;
+          sum[j] += e;
+        }
+      for (int64_t j = 0; j < J; ++j) total[j] = static_cast<T>(sum[j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) yb[k * S + j] = yb[k * S + j] / total[j];
+    });
+  }
+
+ private:
+  AxisLayout L_;
+  DnnlSoftmax dnnl_;
+  bool use_dnnl_ = false;
+};
+
+// Inputs (out, delta): grad = out * (delta - sum(delta * out)).
+template <class T>
+class SoftmaxBackpropKernel : public Kernel {
+ public:
+  explicit SoftmaxBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 2, 1);
+    const TensorDesc& delta = node.inputs[1];
+    check_like(node.inputs[0], delta, "softmax output");
+    check_like(node.outputs[0], delta, "output");
+    PDNG_CHECK(delta.rank() >= 1, "softmax needs rank >= 1, got " + delta.str());
+    L_ = axis_layout(delta.shape, normalize_axis(node.attrs.get_int("axis", -1), delta.rank(), "axis"));
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    if (L_.numel() == 0) return;
+    const T* o = in[0].as<T>();
+    const T* d = in[1].as<T>();
+    T* g = out[0].as<T>();
+    const int64_t n = L_.n, inner = L_.inner;
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes) {
+      constexpr bool kRow = decltype(tag)::value;
+      constexpr int64_t W = kRow ? 1 : kLanes;
+      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
+      const T* ob = o + base;
+      const T* db = d + base;
+      T* gb = g + base;
+      if constexpr (kRow) {
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < n; ++k) sum += db[k] * ob[k];
+        const T dot = static_cast<T>(sum);
+#pragma omp simd
+        for (int64_t k = 0; k < n; ++k) gb[k] = ob[k] * (db[k] - dot);
+        return;
+      }
+      double sum[W];
+      T dot[W];
+      for (int64_t j = 0; j < J; ++j) sum[j] = 0;
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) sum[j] += db[k * S + j] * ob[k * S + j];
+      for (int64_t j = 0; j < J; ++j) dot[j] = static_cast<T>(sum[j]);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t j = 0; j < J; ++j) gb[k * S + j] = ob[k * S + j] * (db[k * S + j] - dot[j]);
+    });
+  }
+
+ private:
+  AxisLayout L_;
+};
+
+// --- batch normalization ----------------------------------------------------------------------------
+// The tensor as [outer, C, inner] around the channel axis. Per-channel sums are split into
+// `chunks` ranges of outer (a fixed number), summed in parallel, then added up per channel.
+struct ChannelLayout {
+  int64_t outer = 1, C = 1, inner = 1, chunks = 1;
+  int64_t numel() const { return outer * C * inner; }
+  int64_t count() const { return outer * inner; }  // elements per channel
+};
+
+ChannelLayout channel_layout(const TensorDesc& x, int64_t channel_axis) {
+  PDNG_CHECK(x.rank() >= 2, "batch norm needs rank >= 2, got " + x.str());
+  const int axis = normalize_axis(channel_axis, x.rank(), "channel_axis");
+  ChannelLayout L;
+  L.outer = prod(x.shape, 0, axis);
+  L.C = x.shape[axis];
+  L.inner = prod(x.shape, axis + 1, x.shape.size());
+  if (L.inner == 1)
+    L.chunks = std::min<int64_t>(L.outer, 64);
+  else
+    L.chunks = std::min<int64_t>(L.outer, std::max<int64_t>(1, 64 / std::max<int64_t>(L.C, 1)));
+  return L;
+}
+
+// Calls f(i, c, a0) (K = 1) or f(i, c, a0, a1) (K = 2), which adds element i's (of channel c)
+// contributions to the double accumulators; sums[c * K + k] gets the totals of a_k over channel c.
+// `partial` holds chunks * K * C doubles.
+template <int K, class F>
+inline void call_acc(F& f, int64_t i, int64_t c, double& a0, double& a1) {
+  if constexpr (K == 1)
+    f(i, c, a0);
+  else
+    f(i, c, a0, a1);
+}
+
+template <int K, class F>
+void channel_sums(const ChannelLayout& L, double* partial, double* sums, F&& f) {
+  static_assert(K == 1 || K == 2, "one or two sums");
+  const int64_t C = L.C, inner = L.inner, P = L.chunks;
+  const bool parallel = L.numel() >= kParallelMin;
+  if (inner == 1) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t p = 0; p < P; ++p) {
+      F fp = f;  // a private copy: its captures then live in registers, and the loop vectorizes
+      double* acc0 = partial + p * K * C;
+      double* acc1 = K == 2 ? acc0 + C : acc0;
+      std::fill(acc0, acc0 + K * C, 0.0);
+      const int64_t o0 = p * L.outer / P, o1 = (p + 1) * L.outer / P;
+      for (int64_t o = o0; o < o1; ++o) {
+        const int64_t base = o * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) call_acc<K>(fp, base + c, c, acc0[c], acc1[c]);
+      }
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t item = 0; item < P * C; ++item) {
+      const int64_t p = item / C, c = item % C;
+      const int64_t o0 = p * L.outer / P, o1 = (p + 1) * L.outer / P;
+      F fp = f;
+      double a0 = 0, a1 = 0;
+      for (int64_t o = o0; o < o1; ++o) {
+        const int64_t base = (o * C + c) * inner;
+#pragma omp simd reduction(+ : a0, a1)
+        for (int64_t j = 0; j < inner; ++j) call_acc<K>(fp, base + j, c, a0, a1);
+      }
+      partial[p * K * C + c] = a0;
+      if (K == 2) partial[p * K * C + C + c] = a1;
+    }
+  }
+  for (int64_t c = 0; c < C; ++c)
+    for (int k = 0; k < K; ++k) {
+      double s = 0;
+      for (int64_t p = 0; p < P; ++p) s += partial[(p * K + k) * C + c];
+      sums[c * K + k] = s;
+    }
+}
+
+// Calls f(i, c) for every element i (of channel c).
+template <class F>
+void channel_map(const ChannelLayout& L, F&& f) {
+  const int64_t C = L.C, inner = L.inner;
+  const bool parallel = L.numel() >= kParallelMin;
+  if (inner == 1) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t o = 0; o < L.outer; ++o) {
+      F fp = f;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) fp(o * C + c, c);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < L.outer * C; ++r) {
+      F fp = f;
+      const int64_t c = r % C, base = r * inner;
+#pragma omp simd
+      for (int64_t j = 0; j < inner; ++j) fp(base + j, c);
+    }
+  }
+}
+
+// Checks x, the per-channel inputs and the outputs of a batch-norm node; returns the layout.
+ChannelLayout batch_norm_layout(const NodeInfo& node, const std::vector<int>& per_channel_inputs) {
+  const TensorDesc& x = node.inputs[0];
+  ChannelLayout L = channel_layout(x, node.attrs.get_int("channel_axis", 1));
+  for (int i : per_channel_inputs)
+    check_vector(node.inputs[i], x.dtype, L.C, "per-channel input " + std::to_string(i));
+  return L;
+}
+
+// 1 / sqrt(variance + epsilon), in T.
+template <class T>
+inline T inv_std(T variance, T epsilon) {
+  return T(1) / std::sqrt(variance + epsilon);
+}
+
+// Inputs (x, scale, bias, running_mean, running_variance); outputs (y, mean_out, variance_out,
+// saved_mean, saved_inv_std). Batch statistics (biased variance, two passes); the running ones
+// updated as running * momentum + batch * (1 - momentum); y = x * new_scale + new_bias with
+// new_scale = inv_std * scale, new_bias = bias - mean * inv_std * scale (Paddle's folding).
+template <class T>
+class BatchNormTrainingKernel : public Kernel {
+ public:
+  explicit BatchNormTrainingKernel(const NodeInfo& node) {
+    check_arity(node, 5, 5);
+    L_ = batch_norm_layout(node, {1, 2, 3, 4});
+    const TensorDesc& x = node.inputs[0];
+    check_like(node.outputs[0], x, "output y");
+    for (int i = 1; i < 5; ++i) check_vector(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
+    partial_.resize(L_.chunks * L_.C);
+    sums_.resize(L_.C);
+    mean_.resize(L_.C);
+    new_scale_.resize(L_.C);
+    new_bias_.resize(L_.C);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* bias = in[2].as<T>();
+    const T* running_mean = in[3].as<T>();
+    const T* running_var = in[4].as<T>();
+    T* y = out[0].as<T>();
+    T* mean_out = out[1].as<T>();
+    T* var_out = out[2].as<T>();
+    T* saved_mean = out[3].as<T>();
+    T* saved_inv_std = out[4].as<T>();
+    const int64_t C = L_.C;
+    const T count = static_cast<T>(L_.count());
+    T* mean = mean_.data();
+
+    channel_sums<1>(L_, partial_.data(), sums_.data(), [x](int64_t i, int64_t, double& a) { a += x[i]; });
+    for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<T>(sums_[c]) / count;
+    channel_sums<1>(L_, partial_.data(), sums_.data(), [x, mean](int64_t i, int64_t c, double& a) {
+      const T centered = x[i] - mean[c];
+      a += centered * centered;
+    });
+    const T keep = momentum_, take = T(1) - momentum_;
+    for (int64_t c = 0; c < C; ++c) {
+      const T variance = static_cast<T>(sums_[c]) / count;
+      const T inv = inv_std(variance, epsilon_);
+      mean_out[c] = running_mean[c] * keep + mean[c] * take;
+      var_out[c] = running_var[c] * keep + variance * take;
+      saved_mean[c] = mean[c];
+      saved_inv_std[c] = inv;
+      new_scale_[c] = inv * scale[c];
+      new_bias_[c] = bias[c] - mean[c] * inv * scale[c];
+    }
+    const T* ns = new_scale_.data();
+    const T* nb = new_bias_.data();
+    channel_map(L_, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+  }
+
+ private:
+  ChannelLayout L_;
+  T epsilon_, momentum_;
+  std::vector<double> partial_, sums_;
+  std::vector<T> mean_, new_scale_, new_bias_;
+};
+
+// Inputs (x, scale, bias, mean, variance): the given statistics, folded as in training.
+template <class T>
+class BatchNormInferenceKernel : public Kernel {
+ public:
+  explicit BatchNormInferenceKernel(const NodeInfo& node) {
+    check_arity(node, 5, 1);
+    L_ = batch_norm_layout(node, {1, 2, 3, 4});
+    check_like(node.outputs[0], node.inputs[0], "output y");
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    new_scale_.resize(L_.C);
+    new_bias_.resize(L_.C);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* bias = in[2].as<T>();
+    const T* mean = in[3].as<T>();
+    const T* variance = in[4].as<T>();
+    T* y = out[0].as<T>();
+    for (int64_t c = 0; c < L_.C; ++c) {
+      const T inv = inv_std(variance[c], epsilon_);
+      new_scale_[c] = inv * scale[c];
+      new_bias_[c] = bias[c] - mean[c] * inv * scale[c];
+    }
+    const T* ns = new_scale_.data();
+    const T* nb = new_bias_.data();
+    channel_map(L_, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+  }
+
+ private:
+  ChannelLayout L_;
+  T epsilon_;
+  std::vector<T> new_scale_, new_bias_;
+};
+
+// Inputs (x, scale, mean, inv_std or variance, delta); outputs (dx, dscale, dbias).
+// dbias = sum(delta), dscale = sum(delta * x_hat) with x_hat = (x - mean) * inv_std.
+// Training: dx = scale * inv_std / count * (delta * count - dbias - (x - mean) * inv_std * dscale).
+// Inference (the statistics are constants): dx = delta * (scale * inv_std).
+template <class T, bool kTraining>
+class BatchNormBackpropKernel : public Kernel {
+ public:
+  explicit BatchNormBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 5, 3);
+    L_ = batch_norm_layout(node, {1, 2, 3});
+    const TensorDesc& x = node.inputs[0];
+    check_like(node.inputs[4], x, "delta");
+    check_like(node.outputs[0], x, "output dx");
+    check_vector(node.outputs[1], x.dtype, L_.C, "output dscale");
+    check_vector(node.outputs[2], x.dtype, L_.C, "output dbias");
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    partial_.resize(L_.chunks * L_.C * 2);
+    sums_.resize(L_.C * 2);
+    inv_std_.resize(L_.C);
+    coeff_.resize(L_.C);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* mean = in[2].as<T>();
+    const T* spread = in[3].as<T>();
+    const T* delta = in[4].as<T>();
+    T* dx = out[0].as<T>();
+    T* dscale = out[1].as<T>();
+    T* dbias = out[2].as<T>();
+    const int64_t C = L_.C;
+    T* inv = inv_std_.data();
+    for (int64_t c = 0; c < C; ++c) inv[c] = kTraining ? spread[c] : inv_std(spread[c], epsilon_);
+
+    channel_sums<2>(L_, partial_.data(), sums_.data(), [x, mean, inv, delta](int64_t i, int64_t c, double& a0, double& a1) {
+      const T x_hat = (x[i] - mean[c]) * inv[c];
+      a0 += delta[i];
+      a1 += delta[i] * x_hat;
+    });
+    for (int64_t c = 0; c < C; ++c) {
+      dbias[c] = static_cast<T>(sums_[2 * c]);
+      dscale[c] = static_cast<T>(sums_[2 * c + 1]);
+    }
+    T* coeff = coeff_.data();
+    if (kTraining) {
+      const T count = static_cast<T>(L_.count());
+      for (int64_t c = 0; c < C; ++c) coeff[c] = scale[c] * inv[c] / count;
+      // dscale and dbias are outputs of this node: read back from them (they do not alias inputs).
+      const T* ds = dscale;
+      const T* db = dbias;
+      channel_map(L_, [=](int64_t i, int64_t c) {
+        dx[i] = coeff[c] * (delta[i] * count - db[c] - (x[i] - mean[c]) * inv[c] * ds[c]);
+      });
+    } else {
+      for (int64_t c = 0; c < C; ++c) coeff[c] = scale[c] * inv[c];
+      channel_map(L_, [=](int64_t i, int64_t c) { dx[i] = delta[i] * coeff[c]; });
+    }
+  }
+
+ private:
+  ChannelLayout L_;
+  T epsilon_;
+  std::vector<double> partial_, sums_;
+  std::vector<T> inv_std_, coeff_;
+};
+
+template <class T>
+using BatchNormTrainingBackpropKernel = BatchNormBackpropKernel<T, true>;
+template <class T>
+using BatchNormInferenceBackpropKernel = BatchNormBackpropKernel<T, false>;
+
+// --- layer normalization ----------------------------------------------------------------------------
+// x as [rows, width]: normalized over dims [begin_norm_axis, rank).
+struct RowLayout {
+  int64_t rows = 1, width = 1;
+};
+
+RowLayout layer_norm_layout(const NodeInfo& node) {
+  const TensorDesc& x = node.inputs[0];
+  const int64_t begin = node.attrs.get_int("begin_norm_axis", 1);
+  PDNG_CHECK(begin >= 0 && begin < x.rank(), "begin_norm_axis " + std::to_string(begin) + " out of range for " + x.str());
+  RowLayout L;
+  L.rows = prod(x.shape, 0, begin);
+  L.width = prod(x.shape, begin, x.shape.size());
+  return L;
+}
+
+// Inputs (x, scale, bias); outputs (y, mean, variance), the statistics per row:
+// mean = sum(x) / width, variance = sum((x - mean)^2) / width,
+// y = (x - mean) / sqrt(variance + epsilon) * scale + bias.
+template <class T>
+class LayerNormKernel : public Kernel {
+ public:
+  explicit LayerNormKernel(const NodeInfo& node) {
+    check_arity(node, 3, 3);
+    L_ = layer_norm_layout(node);
+    const TensorDesc& x = node.inputs[0];
+    check_vector(node.inputs[1], x.dtype, L_.width, "scale");
+    check_vector(node.inputs[2], x.dtype, L_.width, "bias");
+    check_like(node.outputs[0], x, "output y");
+    check_vector(node.outputs[1], x.dtype, L_.rows, "output mean");
+    check_vector(node.outputs[2], x.dtype, L_.rows, "output variance");
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* bias = in[2].as<T>();
+    T* y = out[0].as<T>();
+    T* mean_out = out[1].as<T>();
+    T* var_out = out[2].as<T>();
+    const int64_t rows = L_.rows, width = L_.width;
+    const T w = static_cast<T>(width), epsilon = epsilon_;
+#pragma omp parallel for schedule(static) if (rows * width >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * width;
+      T* yr = y + r * width;
+      double sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < width; ++j) sum += xr[j];
+      const T mean = static_cast<T>(sum) / w;
+      double squares = 0;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t j = 0; j < width; ++j) {
+        const T centered = xr[j] - mean;
+        squares += centered * centered;
+      }
+      const T variance = static_cast<T>(squares) / w;
+      const T std_dev = std::sqrt(variance + epsilon);
+      for (int64_t j = 0; j < width; ++j) yr[j] = (xr[j] - mean) / std_dev * scale[j] + bias[j];
+      mean_out[r] = mean;
+      var_out[r] = variance;
+    }
+  }
+
+ private:
+  RowLayout L_;
+  T epsilon_;
+};
+
+// Inputs (x, scale, mean, variance, delta); outputs (dx, dscale, dbias):
+// std = sqrt(variance + epsilon), x_hat = (x - mean) / std, dbias = sum_rows(dy),
+// dscale = sum_rows(dy * x_hat), dy_scaled = dy * scale,
+// dx = (dy_scaled - sum(dy_scaled) / width - x_hat * sum(dy_scaled * x_hat) / width) / std.
+// Rows are split into a fixed number of chunks, each with partial column sums.
+template <class T>
+class LayerNormBackpropKernel : public Kernel {
+ public:
+  static constexpr int64_t kChunks = 32;
+
+  explicit LayerNormBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 5, 3);
+    L_ = layer_norm_layout(node);
+    const TensorDesc& x = node.inputs[0];
+    check_vector(node.inputs[1], x.dtype, L_.width, "scale");
+    check_vector(node.inputs[2], x.dtype, L_.rows, "mean");
+    check_vector(node.inputs[3], x.dtype, L_.rows, "variance");
+    check_like(node.inputs[4], x, "delta");
+    check_like(node.outputs[0], x, "output dx");
+    check_vector(node.outputs[1], x.dtype, L_.width, "output dscale");
+    check_vector(node.outputs[2], x.dtype, L_.width, "output dbias");
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    chunks_ = std::min(L_.rows, kChunks);
+    partial_.resize(chunks_ * L_.width * 2);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* mean = in[2].as<T>();
+    const T* variance = in[3].as<T>();
+    const T* delta = in[4].as<T>();
+    T* dx = out[0].as<T>();
+    T* dscale = out[1].as<T>();
+    T* dbias = out[2].as<T>();
+    const int64_t rows = L_.rows, width = L_.width, P = chunks_;
+    const T w = static_cast<T>(width), epsilon = epsilon_;
+    double* partial = partial_.data();
+    const bool parallel = rows * width >= kParallelMin;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t p = 0; p < P; ++p) {
+      double* pbias = partial + p * 2 * width;
+      double* pscale = pbias + width;
+      std::fill(pbias, pbias + 2 * width, 0.0);
+      const int64_t r0 = p * rows / P, r1 = (p + 1) * rows / P;
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * width;
+        const T* dyr = delta + r * width;
+        T* dxr = dx + r * width;
+        const T mu = mean[r];
+        const T std_dev = std::sqrt(variance[r] + epsilon);
+        double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = 0; j < width; ++j) {
+          const T x_hat = (xr[j] - mu) / std_dev, dy_scaled = dyr[j] * scale[j];
+          a += dy_scaled;
+          b += dy_scaled * x_hat;
+        }
+        const T mean_dy = static_cast<T>(a) / w;
+        const T dot = static_cast<T>(b);
+#pragma omp simd
+        for (int64_t j = 0; j < width; ++j) {
+          const T x_hat = (xr[j] - mu) / std_dev;
+          const T dy_scaled = dyr[j] * scale[j];
+          dxr[j] = (dy_scaled - mean_dy - x_hat * dot / w) / std_dev;
+          pbias[j] += dyr[j];
+          pscale[j] += dyr[j] * x_hat;
+        }
+      }
+    }
+#pragma omp parallel for schedule(static) if (parallel && width >= 256)
+    for (int64_t j = 0; j < width; ++j) {
+      double sb = 0, ss = 0;
+      for (int64_t p = 0; p < P; ++p) {
+        sb += partial[p * 2 * width + j];
+        ss += partial[p * 2 * width + width + j];
+      }
+      dbias[j] = static_cast<T>(sb);
+      dscale[j] = static_cast<T>(ss);
+    }
+  }
+
+ private:
+  RowLayout L_;
+  T epsilon_;
+  int64_t chunks_ = 0;
+  std::vector<double> partial_;
+};
+
+// --- local response normalization (Paddle's LRNFunctor / LRNGradFunctor) -------------------------------
+// NCHW. mid = k + sum over the `size` channels c' centred on c of alpha * x[c']^2 (added in channel
+// order, out-of-range channels skipped); out = x * mid^-beta.
+struct LRNParams {
+  int64_t N = 0, C = 0, HW = 0, half = 0;
+  double k = 2.0, alpha = 1e-4, beta = 0.75;
+};
+
+LRNParams lrn_params(const NodeInfo& node) {
+  const TensorDesc& x = node.inputs[0];
+  PDNG_CHECK(x.rank() == 4, "LRN needs a 4-D (NCHW) input, got " + x.str());
+  const int64_t size = node.attrs.get_int("size", 5);
+  PDNG_CHECK(size > 0 && size % 2 == 1, "size " + std::to_string(size) + " must be odd and > 0");
+  LRNParams p;
+  p.N = x.shape[0];
+  p.C = x.shape[1];
+  p.HW = x.shape[2] * x.shape[3];
+  p.half = size / 2;
+  p.k = node.attrs.get_float("k", 2.0);
+  p.alpha = node.attrs.get_float("alpha", 1e-4);
+  p.beta = node.attrs.get_float("beta", 0.75);
+  return p;
+}
+
+template <class T>
+class LRNKernel : public Kernel {
+ public:
+  explicit LRNKernel(const NodeInfo& node) {
+    check_arity(node, 1, 2);
+    p_ = lrn_params(node);
+    check_like(node.outputs[0], node.inputs[0], "output out");
+    check_like(node.outputs[1], node.inputs[0], "output mid");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    T* y = out[0].as<T>();
+    T* mid = out[1].as<T>();
+    const int64_t C = p_.C, HW = p_.HW, half = p_.half;
+    const T k = static_cast<T>(p_.k), alpha = static_cast<T>(p_.alpha), neg_beta = static_cast<T>(-p_.beta);
+#pragma omp parallel for schedule(static) if (p_.N * C * HW >= kParallelMin / 4)
+    for (int64_t nc = 0; nc < p_.N * C; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      T* m = mid + nc * HW;
+      for (int64_t i = 0; i < HW; ++i) m[i] = k;
+      for (int64_t off = -half; off <= half; ++off) {
+        const int64_t cc = c + off;
+        if (cc < 0 || cc >= C) continue;
+        const T* xc = x + (n * C + cc) * HW;
+        for (int64_t i = 0; i < HW; ++i) m[i] += alpha * (xc[i] * xc[i]);
+      }
+      const T* xr = x + nc * HW;
+      T* yr = y + nc * HW;
+      for (int64_t i = 0; i < HW; ++i) yr[i] = xr[i] * std::pow(m[i], neg_beta);
+    }
+  }
+
+ private:
+  LRNParams p_;
+};
+
+// Inputs (x, out, mid, delta):
+// grad = mid^-beta * delta + sum over the window of (-2 * alpha * beta) * delta[c'] * out[c'] * x / mid[c'].
+template <class T>
+class LRNBackpropKernel : public Kernel {
+ public:
+  explicit LRNBackpropKernel(const NodeInfo& node) {
+    check_arity(node, 4, 1);
+    p_ = lrn_params(node);
+    for (int i = 1; i < 4; ++i) check_like(node.inputs[i], node.inputs[0], "input " + std::to_string(i));
+    check_like(node.outputs[0], node.inputs[0], "output");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* o = in[1].as<T>();
+    const T* mid = in[2].as<T>();
+    const T* delta = in[3].as<T>();
+    T* grad = out[0].as<T>();
+    const int64_t C = p_.C, HW = p_.HW, half = p_.half;
+    const T ratio = T(-2) * static_cast<T>(p_.alpha) * static_cast<T>(p_.beta);
+    const T neg_beta = static_cast<T>(-p_.beta);
+#pragma omp parallel for schedule(static) if (p_.N * C * HW >= kParallelMin / 4)
+    for (int64_t nc = 0; nc < p_.N * C; ++nc) {
+      const int64_t n = nc / C, c = nc % C;
+      const T* xr = x + nc * HW;
+      const T* mr = mid + nc * HW;
+      const T* dr = delta + nc * HW;
+      T* g = grad + nc * HW;
+      for (int64_t i = 0; i < HW; ++i) g[i] = std::pow(mr[i], neg_beta) * dr[i];
+      for (int64_t off = -half; off <= half; ++off) {
+        const int64_t cc = c + off;
+        if (cc < 0 || cc >= C) continue;
+        const int64_t base = (n * C + cc) * HW;
+        const T* dc = delta + base;
+        const T* oc = o + base;
+        const T* mc = mid + base;
+        for (int64_t i = 0; i < HW; ++i) g[i] += ratio * dc[i] * oc[i] * xr[i] / mc[i];
+      }
+    }
+  }
+
+ private:
+  LRNParams p_;
+};
+
+// --- registration ------------------------------------------------------------------------------------
+template <template <class> class K>
+KernelFactory float_factory(int dtype_input) {
+  return [dtype_input](const NodeInfo& node) {
+    PDNG_CHECK(static_cast<size_t>(dtype_input) < node.inputs.size(),
+               node.op_type + " expects at least " + std::to_string(dtype_input + 1) + " inputs");
+    return make_float_kernel<K>(node, node.inputs[dtype_input].dtype);
+  };
+}
+
+PDNG_REGISTER_KERNEL("Softmax", float_factory<SoftmaxKernel>(0));
+PDNG_REGISTER_KERNEL("SoftmaxBackprop", float_factory<SoftmaxBackpropKernel>(1));
+PDNG_REGISTER_KERNEL("BatchNormTraining", float_factory<BatchNormTrainingKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormInference", float_factory<BatchNormInferenceKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormTrainingBackprop", float_factory<BatchNormTrainingBackpropKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormInferenceBackprop", float_factory<BatchNormInferenceBackpropKernel>(0));
+PDNG_REGISTER_KERNEL("LayerNorm", float_factory<LayerNormKernel>(0));
+PDNG_REGISTER_KERNEL("LayerNormBackprop", float_factory<LayerNormBackpropKernel>(0));
+PDNG_REGISTER_KERNEL("LRN", float_factory<LRNKernel>(0));
+PDNG_REGISTER_KERNEL("LRNBackprop", float_factory<LRNBackpropKernel>(0));
+
+}  // namespace
+}  // namespace pdng

@@ -1,0 +1,406 @@
+"""Training throughput of paddle_ngraph against its peers, side by side in one run.
+
+    python tools/bench.py                       # every model, systems and rank counts below
+    python tools/bench.py --models mnist_mlp --ranks 1,2 --steps 50 --repeats 3
+    python tools/bench.py --smoke               # a few steps of everything, for the tests
+
+Systems (each on the same model, per-rank batch and random data):
+  ngraph-cpu       paddle_ngraph, CPU backend (transpile + plain exe.run); 2+ ranks under mpirun (MPI)
+  ngraph-ccl       the same under paddle.distributed.launch (oneCCL transport), 2+ ranks
+  ngraph-interp    paddle_ngraph, INTERPRETER backend (the NumPy reference)
+  paddle           Paddle's own static executor, one process (Paddle 3's static collective training
+                   does not run on CPU: reported as such for 2+ ranks)
+  paddle-dp        paddle.DataParallel (dygraph, gloo) under paddle.distributed.launch, MLP only
+  torch-ddp        torch DistributedDataParallel (gloo) under torchrun, MLP only, where torch is installed
+
+Per configuration: median and spread of ms/step over repeats (each repeat: warm-up, then --steps
+timed steps, median step), samples/s over all ranks, scaling efficiency against the same system on
+1 rank, the share of allreduce time hidden behind the backward pass (ngraph systems), peak RSS per
+rank, and the machine's sgemm GFLOP/s and memcpy GB/s measured in the same run, next to each
+model's FLOP-bound step time. Results go to --out (JSON) and are printed as a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
+SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "torch-ddp"]
+MLP_ONLY = {"paddle-dp", "torch-ddp"}
+
+
+# --- worker: one rank of one configuration ------------------------------------------------------------
+def worker(args) -> dict:
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    import numpy as np
+
+    if args.system in ("paddle-dp",):
+        return dygraph_worker(args)
+    if args.system == "torch-ddp":
+        return torch_worker(args)
+    import paddle
+
+    paddle.enable_static()
+    from paddle_ngraph.zoo.models import build_program, make_batch
+
+    main, startup, _, loss = build_program(args.model, args.optimizer, lr=0.01)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    rank, engine = 0, None
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if args.system.startswith("ngraph"):
+            import paddle_ngraph
+            from paddle_ngraph.transpiler import engines
+
+            backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
+            paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb)
+            engine = engines()[-1]
+            rank = engine.transport.rank if engine.transport is not None else 0
+        rng = np.random.default_rng(rank)
+        feeds = [make_batch(args.model, args.batch, rng) for _ in range(4)]
+        for i in range(args.warmup):
+            exe.run(main, feed=feeds[i % 4], fetch_list=[loss])
+        repeats = []
+        for _ in range(args.repeats):
+            if engine is not None:
+                engine.comm_seconds = engine.wait_seconds = 0.0
+            times = []
+            for i in range(args.steps):
+                t0 = time.perf_counter()
+                exe.run(main, feed=feeds[i % 4], fetch_list=[loss])
+                times.append(time.perf_counter() - t0)
+            repeat = {"ms_per_step": 1e3 * float(np.median(times))}
+            if engine is not None and engine.comm_seconds > 0:
+                repeat["hidden_share"] = max(0.0, 1.0 - engine.wait_seconds / engine.comm_seconds)
+                repeat["comm_ms_per_step"] = 1e3 * engine.comm_seconds / args.steps
+            repeats.append(repeat)
+    return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb()}
+
+
+def dygraph_worker(args) -> dict:
+    """paddle.DataParallel over gloo: the MLP in dygraph."""
+    import numpy as np
+    import paddle
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    rank = dist.get_rank()
+    model = paddle.nn.Sequential(paddle.nn.Linear(784, 600), paddle.nn.ReLU(), paddle.nn.Linear(600, 10))
+    model = paddle.DataParallel(model) if dist.get_world_size() > 1 else model
+    opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
+    rng = np.random.default_rng(rank)
+    feeds = [(paddle.to_tensor(rng.standard_normal((args.batch, 784)).astype("float32")),
+              paddle.to_tensor(rng.integers(0, 10, (args.batch, 1)).astype("int64"))) for _ in range(4)]
+
+    def step(i):
+        x, y = feeds[i % 4]
+        loss = paddle.nn.functional.cross_entropy(model(x), y).mean()
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        float(loss)
+
+    return timed(step, args, rank)
+
+
+def torch_worker(args) -> dict:
+    """torch DDP over gloo: the same MLP, one thread per rank as torchrun's default."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    rank = dist.get_rank() if distributed else 0
+    model = torch.nn.Sequential(torch.nn.Linear(784, 600), torch.nn.ReLU(), torch.nn.Linear(600, 10))
+    if distributed:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rng = np.random.default_rng(rank)
+    feeds = [(torch.from_numpy(rng.standard_normal((args.batch, 784)).astype("float32")),
+              torch.from_numpy(rng.integers(0, 10, (args.batch,)).astype("int64"))) for _ in range(4)]
+
+    def step(i):
+        x, y = feeds[i % 4]
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    return timed(step, args, rank)
+
+
+def timed(step, args, rank) -> dict:
+    import numpy as np
+
+    for i in range(args.warmup):
+        step(i)
+    repeats = []
+    for _ in range(args.repeats):
+        times = []
+        for i in range(args.steps):
+            t0 = time.perf_counter()
+            step(i)
+            times.append(time.perf_counter() - t0)
+        repeats.append({"ms_per_step": 1e3 * float(np.median(times))})
+    return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# --- orchestrator -----------------------------------------------------------------------------------------
+def venv_bin(name: str) -> str:
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    return path if os.path.exists(path) else (shutil.which(name) or name)
+
+
+def launch_command(system: str, ranks: int, worker_args: list[str], log_dir: str) -> list[str] | None:
+    script = [sys.executable, os.path.abspath(__file__), "--worker", *worker_args]
+    if ranks == 1 and system not in ("ngraph-ccl",):
+        return script
+    if system in ("ngraph-cpu", "ngraph-interp"):
+        return [venv_bin("mpirun"), "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), *script]
+    if system in ("ngraph-ccl", "paddle-dp"):
+        return [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", log_dir,
+                "--nproc_per_node", str(ranks), *script[1:]]
+    if system == "torch-ddp":
+        return [venv_bin("torchrun"), "--standalone", f"--nproc_per_node={ranks}", *script[1:]]
+    return None
+
+
+def unsupported(system: str, model: str, ranks: int) -> str | None:
+    if system in MLP_ONLY and model != "mnist_mlp":
+        return "model not rebuilt for this system (MLP only)"
+    if system == "paddle" and ranks > 1:
+        return ("Paddle 3.3.1 static collective training does not run on CPU (fleet minimize: "
+                "'comm_id must be generated in paddlepaddle-xpu', see ../shared/notes/platform.md)")
+    if system == "ngraph-ccl" and ranks == 1:
+        return "one rank has nothing to communicate (see ngraph-cpu)"
+    if system == "torch-ddp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return "torch is not installed (pip install torch==2.13.0 to compare)"
+    if system == "ngraph-ccl":
+        from paddle_ngraph.distributed.ccl import available
+
+        if not available():
+            return "the ccl transport is not built"
+    return None
+
+
+def run_config(system, model, ranks, args) -> dict:
+    reason = unsupported(system, model, ranks)
+    if reason:
+        return {"status": "not run", "reason": reason}
+    with tempfile.TemporaryDirectory() as tmp:
+        worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
+                       "--bucket-mb", str(args.bucket_mb), "--result-dir", tmp]
+        cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
+        env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "reason": f"timed out after {args.timeout} s"}
+        results = [json.load(open(os.path.join(tmp, f))) for f in sorted(os.listdir(tmp)) if f.endswith(".json")]
+        if proc.returncode != 0 or len(results) != ranks:
+            logs = ""
+            log_dir = os.path.join(tmp, "log")
+            if os.path.isdir(log_dir):
+                logs = "".join(open(os.path.join(log_dir, f), errors="replace").read()[-1500:]
+                               for f in sorted(os.listdir(log_dir)))
+            tail = (proc.stderr + proc.stdout + logs).strip().splitlines()[-6:]
+            return {"status": "failed", "reason": " | ".join(tail)}
+    return summarize(results, ranks, args.batch)
+
+
+def summarize(results: list[dict], ranks: int, batch: int) -> dict:
+    import numpy as np
+
+    # A step of the job lasts as long as its slowest rank's.
+    per_repeat = [max(r["repeats"][k]["ms_per_step"] for r in results) for k in range(len(results[0]["repeats"]))]
+    ms = float(np.median(per_repeat))
+    out = {"status": "ok", "ms_per_step": ms, "ms_spread": [float(min(per_repeat)), float(max(per_repeat))],
+           "samples_per_s": ranks * batch * 1e3 / ms, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    hidden = [rep["hidden_share"] for r in results for rep in r["repeats"] if "hidden_share" in rep]
+    if hidden:
+        out["hidden_share"] = float(np.median(hidden))
+        out["comm_ms_per_step"] = float(np.median([rep["comm_ms_per_step"] for r in results for rep in r["repeats"]
+                                                   if "comm_ms_per_step" in rep]))
+    return out
+
+
+def measure_limits() -> dict:
+    """sgemm GFLOP/s (NumPy's BLAS, all cores) and memcpy GB/s, measured now."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    a @ a
+    t0 = time.perf_counter()
+    n = 10
+    for _ in range(n):
+        a @ a
+    gflops = n * 2 * 1024 ** 3 / (time.perf_counter() - t0) / 1e9
+    src = np.ones(64 << 20, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        np.copyto(dst, src)
+    gbs = n * src.nbytes / (time.perf_counter() - t0) / 1e9
+    return {"sgemm_gflops": gflops, "memcpy_gbs": gbs}
+
+
+def model_gflop_per_sample(model: str) -> float | None:
+    """Forward + backward FLOPs per sample of the model's matmuls and convolutions (3x forward)."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    import paddle
+
+    paddle.enable_static()
+    import paddle_ngraph
+    from paddle_ngraph.ir import clone_function
+    from paddle_ngraph.zoo.models import build_program
+
+    main, _, _, _ = build_program(model, "sgd")
+    function = paddle_ngraph.convert(main)
+    shapes = {p.name: tuple(1 if d < 0 else d for d in p.output_types[0].shape) for p in function.parameters}
+    function = clone_function(function, shapes)
+    flop = 0
+    for node in function.ordered_nodes():
+        if node.op_type == "MatMul":
+            a, b = node.inputs[0].type.shape, node.inputs[1].type.shape
+            k = a[-2] if node.attrs["transpose_a"] else a[-1]
+            out = 1
+            for d in node.output_types[0].shape:
+                out *= d
+            flop += 2 * out * k
+        elif node.op_type == "Convolution":
+            w = node.inputs[1].type.shape
+            out = 1
+            for d in node.output_types[0].shape:
+                out *= d
+            flop += 3 * 2 * out * (w[1] * w[2] * w[3])  # forward, backward data, backward filter
+    return flop / 1e9 if flop else None
+
+
+def print_table(report: dict):
+    limits = report["limits"]
+    print(f"\n{report['machine']}  sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy {limits['memcpy_gbs']:.1f} GB/s, "
+          f"per-rank batch {report['batch']}")
+    header = f"{'model':18s} {'system':14s} {'ranks':>5s} {'ms/step':>9s} {'spread':>15s} {'samples/s':>10s} " \
+             f"{'scaling':>7s} {'hidden':>6s} {'RSS MB':>7s}  note"
+    print(header)
+    print("-" * len(header))
+    for row in report["results"]:
+        r = row["result"]
+        if r["status"] != "ok":
+            print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {'-':>9s} {'':15s} {'':10s} {'':7s} "
+                  f"{'':6s} {'':7s}  {r['status']}: {r['reason'][:110]}")
+            continue
+        spread = f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f}"
+        scaling = f"{r['scaling']:.2f}" if "scaling" in r else ""
+        hidden = f"{100 * r['hidden_share']:.0f}%" if "hidden_share" in r else ""
+        note = f"FLOP bound {r['flop_bound_ms']:.2f} ms" if "flop_bound_ms" in r else ""
+        print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
+              f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, from: " + ", ".join(SYSTEMS))
+    parser.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
+    parser.add_argument("--batch", type=int, default=128, help="per-rank batch (default 128)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per repeat (default 30)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"])
+    parser.add_argument("--bucket-mb", type=float, default=32.0, help="gradient fusion bucket of paddle_ngraph")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
+    parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
+    parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")
+    # worker mode (started by this tool)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--system", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--result-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker:
+        result = worker(args)
+        with open(os.path.join(args.result_dir, f"rank{result['rank']}.json"), "w") as f:
+            json.dump(result, f)
+        return 0
+
+    if args.smoke:
+        args.steps, args.warmup, args.repeats, args.batch = 2, 1, 1, 8
+    models = [m for m in args.models.split(",") if m]
+    systems = [s for s in args.systems.split(",") if s]
+    ranks = [int(r) for r in args.ranks.split(",") if r]
+    for m in models:
+        if m not in MODELS:
+            parser.error(f"unknown model '{m}'; valid: {', '.join(MODELS)}")
+    for s in systems:
+        if s not in SYSTEMS:
+            parser.error(f"unknown system '{s}'; valid: {', '.join(SYSTEMS)}")
+
+    limits = measure_limits()
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
+              "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "limits": limits,
+              "results": []}
+    total = len(models) * len(systems) * len(ranks)
+    done = 0
+    for model in models:
+        gflop = model_gflop_per_sample(model)
+        for system in systems:
+            for n in ranks:
+                done += 1
+                print(f"[{done}/{total}] {model} {system} {n} rank(s)...", file=sys.stderr, flush=True)
+                result = run_config(system, model, n, args)
+                if result["status"] == "ok" and gflop:
+                    # Each rank computes its own batch on its share of the cores.
+                    cores = max(1, (os.cpu_count() or 1) // n)
+                    result["flop_bound_ms"] = 1e3 * gflop * args.batch / (limits["sgemm_gflops"] * cores /
+                                                                            (os.cpu_count() or 1))
+                report["results"].append({"model": model, "system": system, "ranks": n, "result": result})
+    for row in report["results"]:
+        base = next((r["result"] for r in report["results"] if r["model"] == row["model"] and r["ranks"] == 1
+                     and r["system"] == row["system"].replace("ngraph-ccl", "ngraph-cpu")
+                     and r["result"]["status"] == "ok"), None)
+        if base and row["result"]["status"] == "ok":
+            row["result"]["scaling"] = row["result"]["samples_per_s"] / (row["ranks"] * base["samples_per_s"])
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print_table(report)
+    print(f"\nwritten: {args.out}")
+    return 0
+
+
+def machine() -> str:
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
