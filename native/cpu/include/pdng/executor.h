@@ -66,7 +66,11 @@ class Executor {
     fallback_ = fn;
     fallback_context_ = context;
   }
-  void set_threads(int n) { threads_ = n; }
+  // Before the kernels are added: oneDNN primitives take the thread count current at their creation.
+  void set_threads(int n) {
+    threads_ = n;
+    if (n > 0) set_num_threads(n);
+  }
 
   // --- running --------------------------------------------------------------------------
   // Throws Error naming the node. Safe to call without the GIL.
