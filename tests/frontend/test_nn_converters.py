@@ -229,9 +229,13 @@ def test_softmax(ir, dtype, axis):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("approximate", [False, True])
 def test_gelu(ir, dtype, approximate):
-    x = normal((4, 6), dtype) * 2
+    # Its own data: with the module's shared generator the values depended on which tests ran before,
+    # and one draw put an element where Paddle's float32 tanh form differs from libm's by ~1e-6.
+    x = (np.random.default_rng(11).standard_normal((4, 6)) * 2).astype(dtype)
+    x[0, :3] = [-5.2, -4.65, 4.2]  # the tails, where the tanh form's gradient cancels
+    tol = TOL[dtype]
     check_against_paddle(lambda x: static_op(lambda: F.gelu(x, approximate=approximate), "gelu", {"X": x},
-                                             {"approximate": approximate}), {"x": x}, ir=ir, **TOL[dtype])
+                                             {"approximate": approximate}), {"x": x}, ir=ir, **tol)
 
 
 UNARY = {"tanh": paddle.tanh, "sigmoid": F.sigmoid, "square": paddle.square}
