@@ -47,5 +47,8 @@ class Executable:
 class Backend:
     name = "BASE"
 
-    def compile(self, function: Function) -> Executable:
+    def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> Executable:
+        """``inplace_results`` (result name -> parameter name): results that replace an input, such
+        as updated parameters, which a backend may write straight into that input's buffer. Then the
+        returned result shares the input's memory; without the hint, or where it cannot, it does not."""
         raise NotImplementedError

@@ -56,7 +56,7 @@ class InsertAllReduce(FunctionPass):
         for update in updates:
             grad = update.inputs[update.grad_input]
             nbytes = grad.type.nbytes()
-            if (not buckets or cap == 0 or size >= cap
+            if (not buckets or cap == 0 or (size > 0 and size + nbytes > cap)
                     or buckets[-1][0].inputs[buckets[-1][0].grad_input].dtype != grad.dtype):
                 buckets.append([])
                 size = 0

@@ -11,9 +11,17 @@ as one message in place; its inputs are packed into it when it starts.
 Every value is assigned to a storage root, and a root lives from the step that
 first writes it to the last step that reads it or any view of it; results live
 to the end.
+
+In-place results: ``inplace`` maps result names to parameter names (an optimizer's
+new parameter or moment to the input it replaces). Such a result is written straight
+into its parameter's buffer, as Paddle's own ``sgd_`` and ``adam_`` do, when its node
+updates elementwise (reads element i of its inputs before writing element i) and
+every other reader of the parameter can run before it; the order then makes them do
+so. This saves copying every parameter and moment back after each step.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from ..ir import Function
@@ -21,6 +29,9 @@ from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
 COLLECTIVES = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"}
+# Ops whose every output element depends only on the same element of their inputs (and scalars):
+# an output may share the buffer of an input of the same shape.
+ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"}
 # Collectives whose outputs have the types of their inputs: reduced in place in one region.
 IN_PLACE_COLLECTIVES = {"AllReduce", "Broadcast"}
 
@@ -46,44 +57,105 @@ class Root:
 class Liveness(FunctionPass):
     name = "liveness"
 
+    def __init__(self, inplace: dict[str, str] | None = None):
+        self.requested_inplace = dict(inplace or {})
+        self.inplace: dict[tuple, int] = {}  # value (node id, index) -> parameter node id it overwrites
+
     def run(self, function: Function) -> bool:
         self.function = function
-        self.steps = self._schedule(function)
+        after = self._choose_inplace(function)
+        self.steps = self._schedule(function, after)
         self._assign_storage(function)
+        return False
+
+    # --- in-place results ----------------------------------------------------------------------
+    def _choose_inplace(self, function: Function) -> dict[int, set[int]]:
+        """Picks the in-place results; returns the extra order they need: node id -> ids of the
+        nodes that must run before it (the other readers of the parameter it overwrites)."""
+        readers: dict[int, set[int]] = {}  # parameter id -> ids of nodes reading it or a view of it
+        nodes = function.ordered_nodes()
+        view_of = {}
+        for n in nodes:
+            if isinstance(n, Parameter):
+                view_of[n.id] = n.id
+            elif n.op_type == "Reshape" and n.inputs[0].node.id in view_of:
+                view_of[n.id] = view_of[n.inputs[0].node.id]
+        for n in nodes:
+            for i in n.inputs:
+                if i.node.id in view_of and n.op_type != "Reshape":
+                    readers.setdefault(view_of[i.node.id], set()).add(n.id)
+        after: dict[int, set[int]] = {}
+        taken = set()
+        params = {p.name: p for p in function.parameters}
+        result_values = [(o.node.id, o.index) for o in function.results.values()]
+        for result, param_name in sorted(self.requested_inplace.items()):
+            value, param = function.results.get(result), params.get(param_name)
+            if value is None or param is None or param.id in taken:
+                continue
+            node = value.node
+            if (node.op_type not in ELEMENTWISE_UPDATES or value.type != param.output_types[0]
+                    or result_values.count((node.id, value.index)) != 1
+                    or (param.id, 0) in result_values):
+                continue
+            others = readers.get(param.id, set()) - {node.id}
+            if self._reaches(function, node, others):
+                continue  # a reader of the parameter needs this node's result: it cannot run first
+            self.inplace[(node.id, value.index)] = param.id
+            after.setdefault(node.id, set()).update(others)
+            taken.add(param.id)
+        return after
+
+    @staticmethod
+    def _reaches(function: Function, node, targets: set[int]) -> bool:
+        """Whether any node in targets depends on node (directly or not)."""
+        if not targets:
+            return False
+        users = function.users()
+        stack, seen = [node], set()
+        while stack:
+            n = stack.pop()
+            for u in users.get(n.id, []):
+                if u.id in targets:
+                    return True
+                if u.id not in seen:
+                    seen.add(u.id)
+                    stack.append(u)
         return False
 
     # --- order ---------------------------------------------------------------------------------
     @staticmethod
-    def _schedule(function: Function) -> list[Step]:
+    def _schedule(function: Function, after: dict[int, set[int]]) -> list[Step]:
         nodes = [n for n in function.ordered_nodes() if not isinstance(n, (Parameter, Constant))]
+        position = {n.id: k for k, n in enumerate(nodes)}
         after_collective: set[int] = set()
         for n in nodes:
             if any(i.node.op_type in COLLECTIVES or i.node.id in after_collective for i in n.inputs):
                 after_collective.add(n.id)
-        early = [n for n in nodes if n.id not in after_collective]
-        late = [n for n in nodes if n.id in after_collective]
 
+        # List scheduling: a collective as soon as it is ready, then the nodes that need no
+        # collective result, then the rest; ties in the function's order.
+        def priority(n):
+            group = 0 if n.op_type in COLLECTIVES and n.id not in after_collective else (
+                2 if n.id in after_collective else 1)
+            return group, position[n.id]
+
+        waiting_for = {n.id: {i.node.id for i in n.inputs if i.node.id in position} | after.get(n.id, set())
+                       for n in nodes}
+        dependents: dict[int, list] = {}
+        for n in nodes:
+            for d in waiting_for[n.id]:
+                dependents.setdefault(d, []).append(n)
+        ready = [(priority(n), n.id, n) for n in nodes if not waiting_for[n.id]]
+        heapq.heapify(ready)
         steps: list[Step] = []
-        produced = {n.id for n in function.ordered_nodes() if isinstance(n, (Parameter, Constant))}
-        pending = [n for n in early if n.op_type in COLLECTIVES]
-
-        def start_ready():
-            for c in list(pending):
-                if all(i.node.id in produced for i in c.inputs):
-                    steps.append(Step("start", c))
-                    produced.add(c.id)
-                    pending.remove(c)
-
-        start_ready()
-        for n in early:
-            if n.op_type in COLLECTIVES:
-                continue
-            steps.append(Step("compute", n))
-            produced.add(n.id)
-            start_ready()
-        assert not pending, "a collective whose inputs never became ready"
-        for n in late:
+        while ready:
+            _, _, n = heapq.heappop(ready)
             steps.append(Step("start" if n.op_type in COLLECTIVES else "compute", n))
+            for d in dependents.get(n.id, []):
+                waiting_for[d.id].discard(n.id)
+                if not waiting_for[d.id]:
+                    heapq.heappush(ready, (priority(d), d.id, d))
+        assert len(steps) == len(nodes), "the order constraints have a cycle"
 
         # A Wait before the first step that reads each collective; the rest wait at the end.
         ordered: list[Step] = []
@@ -141,6 +213,10 @@ class Liveness(FunctionPass):
                     offset += t.nbytes()
                 continue
             for k, t in enumerate(node.output_types):
+                if (node.id, k) in self.inplace:  # written into the parameter's buffer
+                    self.value_root[(node.id, k)] = ("value", self.inplace[(node.id, k)], 0)
+                    self.value_offset[(node.id, k)] = 0
+                    continue
                 key = add_root(("value", node.id, k), t.nbytes(), "arena")
                 self.roots[key].first = pos
                 self.value_root[(node.id, k)] = key

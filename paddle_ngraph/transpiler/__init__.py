@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import _bridge
 from ..backends import default_backend, get_backend
-from ..frontend import decode
+from ..frontend import STATE_PREFIX, decode
 from ..passes import InsertAllReduce, PassManager
 from . import engine_op
 from .engine import Engine, engines
@@ -46,7 +46,10 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
                                       reduction=reduction, skip_params=skip, min_buckets=min_buckets))
     PassManager(passes).run(function)
-    executable = get_backend(backend or default_backend(), threads=threads).compile(function)
+    names = {p.name for p in function.parameters}
+    state = {r: r[len(STATE_PREFIX):] for r in function.results
+             if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
+    executable = get_backend(backend or default_backend(), threads=threads).compile(function, inplace_results=state)
     engine = Engine(function, executable, fetch, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())

@@ -106,6 +106,7 @@ class Engine:
             self.wait_seconds += wait
             self.comm_seconds += comm
         for result_pos, input_pos in self.state_writeback:
-            np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
+            if outputs[result_pos].ctypes.data != arrays[input_pos].ctypes.data:  # not updated in place
+                np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
         self.steps += 1
         return [(code, outputs[pos]) for code, pos in zip(self.output_codes, self.fetch_positions)]

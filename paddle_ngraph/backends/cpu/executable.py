@@ -54,11 +54,11 @@ def default_threads() -> int:
 class Specialization:
     """The function compiled for one set of input shapes."""
 
-    def __init__(self, function: Function, threads: int, transport):
+    def __init__(self, function: Function, threads: int, transport, inplace: dict[str, str]):
         self.function = function
         self.fused = FuseMatMulBias()
         self.deduplicated = EliminateDuplicates()
-        self.liveness = Liveness()
+        self.liveness = Liveness(inplace)
         self.memory = MemoryPlan(self.liveness)
         PassManager([self.deduplicated, self.fused, self.liveness, self.memory]).run(function)
         self.transport = transport
@@ -110,6 +110,11 @@ class Specialization:
             else:
                 native.add_collective_wait(collective_index[node.id])
         results = list(self.function.results.values())
+        # Results written into an input's buffer are returned as that input array itself, which
+        # keeps the memory alive as long as the result is (a view would not).
+        param_index = {p.id: i for i, p in enumerate(self.function.parameters)}
+        self.result_is_input = {k: param_index[live.inplace[(o.node.id, o.index)]] for k, o in enumerate(results)
+                                if (o.node.id, o.index) in live.inplace}
         native.set_results([buffer_of(o) for o in results], [(o.type.dtype.numpy, o.type.shape) for o in results])
         if self.collectives:
             native.use_fallback(self._run_collective)
@@ -141,9 +146,10 @@ class Specialization:
 
 
 class CPUExecutable(Executable):
-    def __init__(self, function: Function, threads: int = 0):
+    def __init__(self, function: Function, threads: int = 0, inplace_results: dict[str, str] | None = None):
         self.function = function
         self.threads = threads or default_threads()
+        self.inplace_results = dict(inplace_results or {})
         self._specializations: OrderedDict[tuple, Specialization] = OrderedDict()
         self._transport = None
         self.last = None  # the specialization of the last call, for reports
@@ -171,7 +177,10 @@ class CPUExecutable(Executable):
             arrays.append(np.require(array, requirements="C"))  # (ascontiguousarray makes 0-d 1-d)
         specialization = self._specialization(arrays, transport)
         self.last = specialization
-        return specialization.native.run(arrays)
+        outputs = specialization.native.run(arrays)
+        for position, index in specialization.result_is_input.items():
+            outputs[position] = arrays[index]
+        return outputs
 
     def comm_stats(self) -> tuple[float, float]:
         """(seconds blocked waiting for collectives, seconds collectives ran) in the last call."""
@@ -189,7 +198,7 @@ class CPUExecutable(Executable):
             self._specializations.move_to_end(signature)
             return found
         shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
-        found = Specialization(clone_function(self.function, shapes), self.threads, transport)
+        found = Specialization(clone_function(self.function, shapes), self.threads, transport, self.inplace_results)
         self._specializations[signature] = found
         if len(self._specializations) > _MAX_SPECIALIZATIONS:
             self._specializations.popitem(last=False)
@@ -202,5 +211,5 @@ class CPUBackend(Backend):
         self.threads = int(threads or 0)
         self.options = options
 
-    def compile(self, function: Function) -> CPUExecutable:
-        return CPUExecutable(function, threads=self.threads)
+    def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> CPUExecutable:
+        return CPUExecutable(function, threads=self.threads, inplace_results=inplace_results)

@@ -66,5 +66,6 @@ class InterpreterBackend(Backend):
     def __init__(self, **options):
         self.options = options
 
-    def compile(self, function: Function) -> InterpreterExecutable:
+    def compile(self, function: Function, inplace_results=None) -> InterpreterExecutable:
+        # inplace_results is an optimization hint (see Backend.compile); the reference ignores it.
         return InterpreterExecutable(function)

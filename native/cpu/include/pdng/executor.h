@@ -73,7 +73,8 @@ class Executor {
   }
 
   // --- running --------------------------------------------------------------------------
-  // Throws Error naming the node. Safe to call without the GIL.
+  // Throws Error naming the node. Safe to call without the GIL, from any thread: the step runs on
+  // the process's one compute thread (executor.cc, ComputeThread).
   void run(void* const* inputs, int n_inputs);
   void* result_data(int i) const;
   int64_t arena_bytes() const { return arena_size_; }
@@ -115,6 +116,7 @@ class Executor {
     std::vector<Tensor> in_tensors, out_tensors;  // prepared once, data rebound per run
   };
 
+  void run_here(void* const* inputs, int n_inputs);
   void* resolve(int buffer) const;
   void bind();
   void comm_loop();

@@ -1,0 +1,76 @@
+"""The CPU backend as a backend: completeness, specialization, errors, threads, collectives in one process."""
+import numpy as np
+import pytest
+
+from paddle_ngraph import ExecutionError, _cpu
+from paddle_ngraph.backends import get_backend
+from paddle_ngraph.backends.cpu import default_threads
+from paddle_ngraph.distributed.transport import NullTransport
+from paddle_ngraph.ir import Function, op_types, ops
+
+NOT_KERNELS = {"Parameter", "Constant", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"}
+
+
+def test_every_ir_op_has_a_native_kernel():
+    """Collectives run on the communication thread, parameters and constants are buffers."""
+    missing = sorted(set(op_types()) - NOT_KERNELS - set(_cpu.registered_op_types()))
+    assert missing == []
+
+
+def linear_softmax():
+    x = ops.Parameter(dtype="float32", shape=(-1, 3), name="x")
+    w = ops.Parameter(dtype="float32", shape=(3, 4), name="w")
+    y = ops.Parameter(dtype="int64", shape=(-1, 1), name="y")
+    sce = ops.SoftmaxCrossEntropy(ops.MatMul(x.output(), w.output(), name="mm").output(), y.output(), name="loss")
+    return Function([x, w, y], {"loss": sce.output(1)})
+
+
+def test_each_batch_size_is_compiled_once_and_matches_the_interpreter():
+    f = linear_softmax()
+    cpu, ref = get_backend("CPU").compile(f), get_backend("INTERPRETER").compile(f)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 4)).astype("float32")
+    for batch in (8, 5, 8):
+        inputs = [rng.standard_normal((batch, 3)).astype("float32"), w, rng.integers(0, 4, (batch, 1))]
+        np.testing.assert_allclose(cpu.call(inputs)[0], ref.call(inputs)[0], rtol=1e-6)
+    assert len(cpu._specializations) == 2
+
+
+def test_a_bad_label_names_the_node():
+    f = linear_softmax()
+    inputs = [np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), np.array([[1], [7]])]
+    with pytest.raises(ExecutionError, match=r"node 'loss' \(SoftmaxCrossEntropy\).*7"):
+        get_backend("CPU").compile(f).call(inputs)
+
+
+def test_a_wrong_dtype_names_the_input():
+    with pytest.raises(ExecutionError, match="input 'w': dtype float64"):
+        get_backend("CPU").compile(linear_softmax()).call(
+            [np.ones((2, 3), "float32"), np.ones((3, 4)), np.zeros((2, 1), "int64")])
+
+
+def test_threads_default_to_the_cores_shared_by_the_ranks_of_the_node(monkeypatch):
+    cores = len(__import__("os").sched_getaffinity(0))
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE", raising=False)
+    monkeypatch.delenv("PADDLE_LOCAL_SIZE", raising=False)
+    assert default_threads() == cores
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", str(2 * cores))
+    assert default_threads() == 1  # never 0
+
+
+def test_collectives_in_one_process():
+    """AllReduce in place (the identity on one rank, with or without a transport) and AllGather
+    through the transport's path (it needs one, as in the interpreter)."""
+    x = ops.Parameter(dtype="float32", shape=(2, 3), name="x")
+    y = ops.Parameter(dtype="float64", shape=(4,), name="y")
+    reduced = ops.AllReduce(x.output(), y.output(), reduction="avg")
+    f = Function([x, y], {"a": reduced.output(0), "b": reduced.output(1)})
+    xv, yv = np.arange(6, dtype="float32").reshape(2, 3), np.arange(4.0)
+    for transport in (None, NullTransport()):
+        a, b = get_backend("CPU").compile(f).call([xv, yv], transport)
+        np.testing.assert_array_equal(a, xv)
+        np.testing.assert_array_equal(b, yv)
+    g = Function([x], {"g": ops.AllGather(x.output(), world_size=1).output(0)})
+    np.testing.assert_array_equal(get_backend("CPU").compile(g).call([xv], NullTransport())[0], xv)
+    with pytest.raises(ExecutionError, match="AllGather.*needs a transport"):
+        get_backend("CPU").compile(g).call([xv])
