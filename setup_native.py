@@ -46,14 +46,20 @@ def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
     build_dir = os.path.join(ROOT, build_dir) if not os.path.isabs(build_dir) else build_dir
     include, library = onednn_paths()
     mpi_include, mpi_library = mpi_paths()
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.check_call(["cmake", "-S", os.path.join(ROOT, "native", "cpu"), "-B", build_dir, *generator,
+    # CMake and ninja from the environment's own bin (pip's cmake and ninja packages) first.
+    here = os.path.dirname(sys.executable)
+    cmake = shutil.which("cmake", path=here) or shutil.which("cmake")
+    ninja = shutil.which("ninja", path=here) or shutil.which("ninja")
+    if cmake is None:
+        sys.exit("paddle_ngraph: cmake not found: pip install cmake ninja")
+    generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    subprocess.check_call([cmake, "-S", os.path.join(ROOT, "native", "cpu"), "-B", build_dir, *generator,
                            f"-DONEDNN_INCLUDE_DIR={include}", f"-DONEDNN_LIBRARY={library}",
                            f"-DMPI_INCLUDE_DIR={mpi_include}", f"-DMPI_LIBRARY={mpi_library}",
                            f"-DOPENMP_LIBRARY={openmp_library()}",
                            f"-DPDNG_SANITIZE={'ON' if sanitize else 'OFF'}", "-DCMAKE_BUILD_TYPE=Release"],
                           stdout=subprocess.DEVNULL)
-    subprocess.check_call(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
+    subprocess.check_call([cmake, "--build", build_dir, "-j", str(os.cpu_count() or 2)])
     os.makedirs(output_dir, exist_ok=True)
     target = os.path.join(output_dir, LIBRARY)
     shutil.copy2(os.path.join(build_dir, LIBRARY), target + ".tmp")
