@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 MPIRUN := $(VENV)/bin/mpirun --allow-run-as-root --oversubscribe
 export GLOG_minloglevel := 2
 
-.PHONY: setup build demo test clean
+.PHONY: setup build demo test bench-deps bench clean
 
 $(VENV)/.deps: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ demo: build
 
 test: build
 	$(PY) -m pytest -q tests
+
+# The peers of the benchmark (not needed by the tests): torch 2.13 (CPU build) and matplotlib.
+bench-deps: build
+	$(PIP) install -q torch==2.13.0 matplotlib
+
+# The whole comparison of tools/bench.py (about 30 min here): docs/perf/bench.{json,md,*.png}.
+bench: bench-deps
+	mkdir -p docs/perf
+	$(PY) tools/bench.py --out docs/perf/bench.json
 
 clean:
 	rm -rf build paddle_ngraph/*.so cython/*.c *.egg-info

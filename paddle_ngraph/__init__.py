@@ -6,6 +6,7 @@ every rank over MPI or oneCCL.
 """
 from . import backends, errors, ir  # noqa: F401
 from .api import convert, unsupported_ops
+from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, ProgramFileError,
                      SerializationError, TransportError, UnsupportedOpsError, ValidationError)
 
@@ -25,6 +26,7 @@ def transpile(program, backend: str | None = None, **options):
     return _transpile(program, backend=backend, **options)
 
 
-__all__ = ["convert", "unsupported_ops", "transpile", "NgraphError", "ValidationError", "ConversionError",
+__all__ = ["convert", "unsupported_ops", "transpile", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+           "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "__version__"]

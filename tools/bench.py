@@ -17,7 +17,12 @@ Per configuration: median and spread of ms/step over repeats (each repeat: warm-
 timed steps, median step), samples/s over all ranks, scaling efficiency against the same system on
 1 rank, the share of allreduce time hidden behind the backward pass (ngraph systems), peak RSS per
 rank, and the machine's sgemm GFLOP/s and memcpy GB/s measured in the same run, next to each
-model's FLOP-bound step time. Results go to --out (JSON) and are printed as a table.
+model's FLOP-bound step time. Then tools/bench_allreduce.py on 2 ranks (allreduce bus bandwidth
+by message size: the CPU backend's native path, the transports, bare mpi4py).
+
+Output: --out (JSON), the same table as Markdown (--out with .md), and PNG plots (matplotlib):
+<out>_throughput.png (samples/s per model, system and rank count) and <out>_allreduce.png.
+Install the peers first: `make bench-deps` (torch 2.13 CPU, matplotlib).
 """
 from __future__ import annotations
 
@@ -321,6 +326,95 @@ def print_table(report: dict):
               f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
 
 
+def run_allreduce_bench(args) -> list:
+    """tools/bench_allreduce.py on 2 ranks under mpirun; [] with a message if it cannot run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "allreduce.json")
+        cmd = [venv_bin("mpirun"), "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+               os.path.join(HERE, "bench_allreduce.py"), "--json", out, "--repeats", "3" if args.smoke else "10",
+               "--max-bytes", str(1 << 20 if args.smoke else 64 << 20)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              env=dict(os.environ, GLOG_minloglevel="2"))
+        if proc.returncode != 0 or not os.path.exists(out):
+            print(f"allreduce benchmark failed: {(proc.stderr or proc.stdout)[-500:]}", file=sys.stderr)
+            return []
+        return json.load(open(out))
+
+
+def write_markdown(report: dict, path: str):
+    limits = report["limits"]
+    lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
+             f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
+             f"{report['optimizer']}, median of {report['repeats']} repeats of {report['steps']} steps.", "",
+             "| model | system | ranks | ms/step | spread | samples/s | scaling | hidden comm | peak RSS MB | FLOP bound ms |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for row in report["results"]:
+        r = row["result"]
+        if r["status"] != "ok":
+            lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | |")
+            continue
+        lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['ms_per_step']:.2f} | "
+                     f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f} | {r['samples_per_s']:.0f} | "
+                     f"{r.get('scaling', float('nan')):.2f} | "
+                     f"{(str(round(100 * r['hidden_share'])) + '%') if 'hidden_share' in r else ''} | "
+                     f"{r['peak_rss_mb']:.0f} | {r.get('flop_bound_ms', float('nan')):.2f} |")
+    if report.get("allreduce"):
+        lines += ["", "Allreduce, 2 ranks, float32 sum (bus GB/s = 2(n-1)/n x bytes / time):", "",
+                  "| system | bytes | ms | bus GB/s |", "| --- | ---: | ---: | ---: |"]
+        lines += [f"| {a['system']} | {a['bytes']} | {a['ms']:.3f} | {a['bus_GBps']:.2f} |" for a in report["allreduce"]]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def plot(report: dict, stem: str) -> list[str]:
+    """The seeds' picture: throughput bars per system against rank count, one panel per model;
+    and allreduce bus bandwidth against message size."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots (make bench-deps)", file=sys.stderr)
+        return []
+    written = []
+    models = list(dict.fromkeys(r["model"] for r in report["results"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        rows = [r for r in report["results"] if r["model"] == model and r["result"]["status"] == "ok"]
+        systems = list(dict.fromkeys(r["system"] for r in rows))
+        ranks = sorted({r["ranks"] for r in rows})
+        width = 0.8 / max(len(systems), 1)
+        for k, system in enumerate(systems):
+            values = [next((r["result"]["samples_per_s"] for r in rows if r["system"] == system and r["ranks"] == n), 0)
+                      for n in ranks]
+            ax.bar([i + k * width for i in range(len(ranks))], values, width, label=system)
+        ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(ranks))])
+        ax.set_xticklabels([f"{n} rank{'s' if n > 1 else ''}" for n in ranks])
+        ax.set_title(model)
+        ax.set_ylabel("samples/s")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Training throughput, per-rank batch {report['batch']} ({report['machine']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(stem + "_throughput.png", dpi=110)
+    written.append(stem + "_throughput.png")
+    if report.get("allreduce"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for system in dict.fromkeys(a["system"] for a in report["allreduce"]):
+            points = [a for a in report["allreduce"] if a["system"] == system]
+            ax.plot([a["bytes"] for a in points], [a["bus_GBps"] for a in points], marker="o", label=system)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message bytes")
+        ax.set_ylabel("bus GB/s")
+        ax.axhline(report["limits"]["memcpy_gbs"], color="grey", linestyle="--", label="memcpy (same run)")
+        ax.set_title("Allreduce, 2 ranks, float32 sum")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(stem + "_allreduce.png", dpi=110)
+        written.append(stem + "_allreduce.png")
+    return written
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
@@ -335,6 +429,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
     parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")
+    parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce micro-benchmark")
     # worker mode (started by this tool)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
@@ -385,10 +480,16 @@ def main(argv=None) -> int:
                      and r["result"]["status"] == "ok"), None)
         if base and row["result"]["status"] == "ok":
             row["result"]["scaling"] = row["result"]["samples_per_s"] / (row["ranks"] * base["samples_per_s"])
+    if not args.no_allreduce:
+        print("allreduce micro-benchmark (2 ranks)...", file=sys.stderr, flush=True)
+        report["allreduce"] = run_allreduce_bench(args)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
+    stem = os.path.splitext(args.out)[0]
+    write_markdown(report, stem + ".md")
+    written = [args.out, stem + ".md"] + plot(report, stem)
     print_table(report)
-    print(f"\nwritten: {args.out}")
+    print(f"\nwritten: {', '.join(written)}")
     return 0
 
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env python
-"""Allreduce micro-benchmark: the ccl and MPI transports and raw mpi4py, 4 KB to 64 MB.
+"""Allreduce micro-benchmark: the CPU backend's native path, the ccl and MPI transports, raw mpi4py.
 
 Run under mpirun (the ccl transport bootstraps over MPI there):
   mpirun -np 2 --allow-run-as-root --oversubscribe python tools/bench_allreduce.py
 Prints, per system and message size, the median time of --repeats float32 sum
 allreduces and the bus bandwidth 2(n-1)/n * bytes / time (the ring algorithm's
 traffic per rank, the figure NCCL's and Horovod's benchmarks report).
+
+Systems: ``native`` is what training uses: a one-node function (an AllReduce bucket) run
+by the CPU backend, reduced in place from C++ on its communication thread (MPI_Iallreduce);
+``mpi`` and ``ccl`` the Python transports; ``mpi4py`` a bare comm.Allreduce.
 """
 import argparse
 import json
@@ -21,7 +25,7 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest message (default 4 KB)")
     p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message (default 64 MB)")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size (default 10)")
-    p.add_argument("--systems", default="ccl,mpi,mpi4py", help="comma-separated: ccl, mpi, mpi4py")
+    p.add_argument("--systems", default="native,ccl,mpi,mpi4py", help="comma-separated: native, ccl, mpi, mpi4py")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (rank 0)")
     return p.parse_args(argv)
 
@@ -35,6 +39,17 @@ def timed(fn, repeats):
         times.append(time.perf_counter() - start)
     times.sort()
     return times[len(times) // 2]
+
+
+def native_allreduce(data, transport):
+    """One AllReduce bucket compiled by the CPU backend: what a training step runs."""
+    from paddle_ngraph.backends import get_backend
+    from paddle_ngraph.ir import Function, ops
+
+    x = ops.Parameter(dtype="float32", shape=data.shape, name="grad")
+    function = Function([x], {"reduced": ops.AllReduce(x.output(), reduction="sum").output(0)})
+    executable = get_backend("CPU").compile(function)
+    return lambda: executable.call([data], transport)
 
 
 def main(argv=None):
@@ -62,6 +77,9 @@ def main(argv=None):
                 print("ccl: not built, skipped", flush=True)
         elif name == "mpi4py":
             systems["mpi4py"] = None
+        elif name == "native":
+            systems["native"] = "native"
+    native_transport = MpiTransport() if "native" in systems else None
     n = comm.size
     sizes = []
     size = args.min_bytes
@@ -77,6 +95,8 @@ def main(argv=None):
         for name, transport in systems.items():
             if transport is None:
                 fn = lambda: comm.Allreduce(data, out, op=MPI.SUM)  # noqa: E731
+            elif transport == "native":
+                fn = native_allreduce(data, native_transport)
             else:
                 fn = lambda t=transport: t.allreduce(data, "sum")  # noqa: E731
             comm.Barrier()

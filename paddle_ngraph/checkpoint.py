@@ -1,0 +1,115 @@
+"""Checkpoints that survive a crash: Paddle's own format, written atomically, by rank 0 only.
+
+Layout under a checkpoint root::
+
+    root/step-000120/model.pdparams   paddle.static.save's files (parameters, optimizer state,
+    root/step-000120/model.pdopt      program), so paddle.static.load reads them as they are
+    root/step-000120/model.pdmodel
+    root/latest                       "step-000120": the last complete checkpoint
+
+A checkpoint is written into a temporary directory, every file and the directory are
+fsynced, the directory is renamed into place, and only then is ``latest`` replaced (write,
+fsync, rename). A process killed at any moment leaves ``latest`` naming a complete
+checkpoint (or no ``latest`` at all); a half-written one is a ``*.tmp-*`` directory that
+the next save removes.
+
+Every rank holds the same parameters after each step (the ranks apply the same averaged
+gradients), so rank 0 alone writes; the other ranks return at once. Resuming needs nothing
+of the ranks but ``load_checkpoint``, before or after ``transpile``: the engine updates
+the variables of the scope in place, where ``paddle.static.load`` puts them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from .errors import NgraphError
+
+LATEST = "latest"
+MODEL = "model"
+_NAME = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointError(NgraphError):
+    """A checkpoint that cannot be written or read; names the path."""
+
+
+def _fsync_dir(path: str):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rank() -> int:
+    from .distributed import detect_launcher
+
+    return detect_launcher().rank
+
+
+def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> str | None:
+    """Saves ``program``'s persistable variables as checkpoint ``step`` under ``root``, atomically.
+
+    Returns the checkpoint directory on rank 0, None on the other ranks (which write nothing).
+    """
+    import paddle
+
+    if (rank if rank is not None else _rank()) != 0:
+        return None
+    os.makedirs(root, exist_ok=True)
+    name = f"step-{int(step):06d}"
+    final = os.path.join(root, name)
+    for stale in os.listdir(root):  # leftovers of a save that was killed
+        if ".tmp-" in stale:
+            shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
+    tmp = os.path.join(root, f"{name}.tmp-{os.getpid()}")
+    try:
+        os.makedirs(tmp)
+        paddle.static.save(program, os.path.join(tmp, MODEL))
+        for file in os.listdir(tmp):
+            with open(os.path.join(tmp, file), "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+        pointer = os.path.join(root, f"{LATEST}.tmp-{os.getpid()}")
+        with open(pointer, "w") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(pointer, os.path.join(root, LATEST))
+        _fsync_dir(root)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"checkpoint {final}: {e}") from e
+    return final
+
+
+def latest_checkpoint(root: str) -> str | None:
+    """The directory of the last complete checkpoint under ``root``, or None if there is none."""
+    try:
+        with open(os.path.join(root, LATEST)) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    if not _NAME.match(name) or not os.path.isdir(os.path.join(root, name)):
+        raise CheckpointError(f"{os.path.join(root, LATEST)}: names '{name}', which is not a checkpoint in {root}")
+    return os.path.join(root, name)
+
+
+def load_checkpoint(program, root: str) -> int | None:
+    """Loads the last complete checkpoint under ``root`` into the scope; returns its step (None: none)."""
+    import paddle
+
+    path = latest_checkpoint(root)
+    if path is None:
+        return None
+    try:
+        paddle.static.load(program, os.path.join(path, MODEL))
+    except Exception as e:  # Paddle raises several types for missing or corrupt files
+        raise CheckpointError(f"checkpoint {path}: {type(e).__name__}: {e}") from e
+    return int(_NAME.match(os.path.basename(path)).group(1))

@@ -1,0 +1,31 @@
+"""tools/bench.py runs end to end (smoke mode: a few steps, one process) and reports honestly."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_bench_smoke_runs_ours_and_paddle_and_reports_what_cannot_run(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
+                           "--models", "mnist_mlp", "--systems", "ngraph-cpu,paddle", "--ranks", "1,2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    results = {(r["system"], r["ranks"]): r["result"] for r in report["results"]}
+    assert results[("ngraph-cpu", 1)]["status"] == "ok" and results[("ngraph-cpu", 1)]["samples_per_s"] > 0
+    assert results[("ngraph-cpu", 2)]["status"] == "ok"  # under mpirun
+    assert results[("paddle", 1)]["status"] == "ok"
+    assert results[("paddle", 2)]["status"] == "not run" and "does not run on CPU" in results[("paddle", 2)]["reason"]
+    assert report["limits"]["sgemm_gflops"] > 0 and report["limits"]["memcpy_gbs"] > 0
+    assert (tmp_path / "bench.md").read_text().count("| mnist_mlp |") == 4
+    assert "ms/step" in proc.stdout
+
+
+def test_bench_help():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "torch-ddp" in proc.stdout
