@@ -17,6 +17,7 @@
 
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
@@ -37,14 +38,8 @@ struct ConvGeometry {
     const Attrs& a = node.attrs;
     PDNG_CHECK(data.rank() == 4 && filters.rank() == 4 && out.rank() == 4,
                "data " + data.str() + ", filters " + filters.str() + " and output " + out.str() + " must be 4-D");
-    auto pair = [&](const char* name, int64_t fallback) {
-      if (!a.has(name)) return std::vector<int64_t>{fallback, fallback};
-      const auto& v = a.get_ints(name);
-      PDNG_CHECK(v.size() == 2, std::string("attribute ") + name + " needs 2 values (H, W)");
-      return v;
-    };
-    auto strides = pair("strides", 1), dilations = pair("dilations", 1);
-    auto begin = pair("pads_begin", 0), end = pair("pads_end", 0);
+    auto strides = hw_attr(a, "strides", 1), dilations = hw_attr(a, "dilations", 1);
+    auto begin = hw_attr(a, "pads_begin", 0), end = hw_attr(a, "pads_end", 0);
     N = data.shape[0]; C = data.shape[1]; H = data.shape[2]; W = data.shape[3];
     O = filters.shape[0]; KH = filters.shape[2]; KW = filters.shape[3];
     OH = out.shape[2]; OW = out.shape[3];
@@ -352,8 +347,7 @@ class ConvKernel : public Kernel {
     PDNG_CHECK(node.inputs.size() == n_in, node.op_type + " takes " + std::to_string(n_in) + " inputs");
     PDNG_CHECK(node.outputs.size() == 1, node.op_type + " has one output");
     dtype_ = node.inputs[0].dtype;
-    PDNG_CHECK(dtype_ == DType::Float32 || dtype_ == DType::Float64,
-               std::string("unsupported dtype ") + dtype_name(dtype_) + " (float32 or float64 expected)");
+    check_float_dtype(dtype_);
     for (const auto& d : node.inputs) PDNG_CHECK(d.dtype == dtype_, "input dtypes differ");
     PDNG_CHECK(node.outputs[0].dtype == dtype_, "output dtype differs from the inputs'");
     const TensorDesc& expected =

@@ -26,6 +26,7 @@
 #endif
 
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
@@ -34,9 +35,10 @@ namespace {
 // Work (elements x relative cost) per thread below which a loop is not worth splitting further.
 constexpr int64_t kWorkPerThread = 16384;
 
-// Calls f(begin, end) on disjoint ranges covering [0, n), on several threads when `work` pays.
+// Calls f(begin, end) on disjoint ranges covering [0, n), on several threads when `work` pays:
+// one thread per kWorkPerThread (kernel_util.h's parallel_ranges is all-or-nothing instead).
 template <class F>
-void parallel_ranges(int64_t n, int64_t work, F&& f) {
+void parallel_ranges_by_cost(int64_t n, int64_t work, F&& f) {
   if (n <= 0) return;
 #ifdef _OPENMP
   int64_t threads = std::min<int64_t>({static_cast<int64_t>(num_threads()), work / kWorkPerThread, n});
@@ -55,7 +57,6 @@ void parallel_ranges(int64_t n, int64_t work, F&& f) {
 
 // --- broadcasting plan ------------------------------------------------------------------------
 constexpr int kMaxInputs = 3;
-constexpr int kMaxDims = 32;
 constexpr int64_t kChunk = 8192;  // a long inner run is cut in chunks of this size for threading
 
 struct Broadcast {
@@ -64,8 +65,8 @@ struct Broadcast {
   int64_t inner = 1;                      // length of the innermost run
   int64_t istride[kMaxInputs] = {0, 0, 0};  // 0 or 1: operand constant or contiguous along the run
   int nouter = 0;                         // collapsed outer dims, outermost first
-  int64_t odims[kMaxDims] = {};
-  int64_t ostride[kMaxInputs][kMaxDims] = {};
+  int64_t odims[kMaxRank] = {};
+  int64_t ostride[kMaxInputs][kMaxRank] = {};
   int64_t rows = 1;                       // product of the outer dims
   int64_t chunk = 1, nchunks = 1;         // the run is processed in nchunks pieces of chunk elements
 
@@ -110,7 +111,7 @@ struct Broadcast {
       dims.push_back(1);
       for (int k = 0; k < nin; ++k) st[k].push_back(0);
     }
-    PDNG_CHECK(static_cast<int>(dims.size()) <= kMaxDims + 1, "too many dimensions to broadcast");
+    PDNG_CHECK(static_cast<int>(dims.size()) <= kMaxRank + 1, "too many dimensions to broadcast");
     inner = dims.back();
     for (int k = 0; k < nin; ++k) {
       istride[k] = st[k].back();
@@ -136,9 +137,9 @@ struct Broadcast {
   template <class F>
   void for_each(int64_t cost, F&& f) const {
     if (numel == 0) return;
-    parallel_ranges(rows * nchunks, numel * cost, [&](int64_t begin, int64_t end) {
+    parallel_ranges_by_cost(rows * nchunks, numel * cost, [&](int64_t begin, int64_t end) {
       int64_t row = begin / nchunks, ch = begin % nchunks;
-      int64_t idx[kMaxDims];
+      int64_t idx[kMaxRank];
       int64_t off[kMaxInputs] = {0, 0, 0};
       int64_t rest = row;
       for (int d = nouter - 1; d >= 0; --d) {
@@ -388,13 +389,6 @@ class BinaryKernel : public Kernel {
   BinaryFn fn_;
 };
 
-void check_arity(const NodeInfo& node, size_t nin, size_t nout) {
-  PDNG_CHECK(node.inputs.size() == nin && node.outputs.size() == nout,
-             node.op_type + " expects " + std::to_string(nin) + " inputs and " + std::to_string(nout) +
-                 " output(s), got " + std::to_string(node.inputs.size()) + " and " +
-                 std::to_string(node.outputs.size()));
-}
-
 [[noreturn]] void unsupported(const NodeInfo& node, DType dtype) {
   throw Error(node.op_type + ": unsupported dtype " + dtype_name(dtype));
 }
@@ -517,7 +511,7 @@ void unary_fn(const Tensor& in, Tensor& out) {
   const T* __restrict x = in.as<T>();
   T* __restrict y = out.as<T>();
   int64_t n = in.numel();
-  parallel_ranges(n, n * Op::cost, [&](int64_t begin, int64_t end) {
+  parallel_ranges_by_cost(n, n * Op::cost, [&](int64_t begin, int64_t end) {
     const Op op{};
     for (int64_t i = begin; i < end; ++i) y[i] = op(x[i]);
   });
@@ -709,7 +703,7 @@ void convert_fn(const Tensor& in, Tensor& out) {
   const S* __restrict x = in.as<S>();
   D* __restrict y = out.as<D>();
   int64_t n = in.numel();
-  parallel_ranges(n, n, [&](int64_t begin, int64_t end) {
+  parallel_ranges_by_cost(n, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = convert_one<D, S>(x[i]);
   });
 }
@@ -718,9 +712,10 @@ void copy_fn(const Tensor& in, Tensor& out) {
   size_t bytes = in.desc.nbytes();
   const char* src = static_cast<const char*>(in.data);
   char* dst = static_cast<char*>(out.data);
-  parallel_ranges(static_cast<int64_t>(bytes), static_cast<int64_t>(bytes / 8), [&](int64_t begin, int64_t end) {
-    std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin));
-  });
+  parallel_ranges_by_cost(static_cast<int64_t>(bytes), static_cast<int64_t>(bytes / 8),
+                          [&](int64_t begin, int64_t end) {
+                            std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin));
+                          });
 }
 
 #define PDNG_CONVERT_DST(S, dst_dtype, fn)                        \

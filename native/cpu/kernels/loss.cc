@@ -17,39 +17,10 @@
 #include <vector>
 
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
-
-constexpr int64_t kParallelMin = 1 << 15;
-constexpr int64_t kLanes = 64;
-
-int64_t prod(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= s[i];
-  return n;
-}
-
-int normalize_axis(int64_t axis, int rank, const std::string& what) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  PDNG_CHECK(a >= 0 && a < rank, what + " " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return static_cast<int>(a);
-}
-
-void check_arity(const NodeInfo& node, size_t n_in, size_t n_out) {
-  PDNG_CHECK(node.inputs.size() == n_in && node.outputs.size() == n_out,
-             node.op_type + " expects " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs, got " +
-                 std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()));
-}
-
-void check_like(const TensorDesc& t, const TensorDesc& ref, const std::string& what) {
-  PDNG_CHECK(t.dtype == ref.dtype && t.shape == ref.shape, what + " " + t.str() + " does not match " + ref.str());
-}
-
-void check_count(const TensorDesc& t, DType dtype, int64_t count, const std::string& what) {
-  PDNG_CHECK(t.dtype == dtype && t.numel() == count,
-             what + " " + t.str() + " must hold " + std::to_string(count) + " " + dtype_name(dtype) + " values");
-}
 
 // A hard label tensor: int64 or int32, one label per reduction row.
 void check_hard_label(const TensorDesc& label, int64_t rows, const std::string& logits) {
@@ -70,12 +41,6 @@ void check_labels(const L* label, int64_t count, int64_t ignore_index, int64_t c
   }
 }
 
-template <template <class> class K>
-std::unique_ptr<Kernel> make_float_kernel(const NodeInfo& node, DType dtype) {
-  PDNG_DISPATCH_FLOAT(dtype, T, return std::unique_ptr<Kernel>(new K<T>(node)));
-  return nullptr;
-}
-
 // Paddle's TolerableValue(log(x)): infinities become +-1e20 (NaN stays NaN).
 template <class T>
 inline T tolerable_log(T v) {
@@ -85,43 +50,8 @@ inline T tolerable_log(T v) {
 }
 
 // --- along one axis -----------------------------------------------------------------------------------
-// The logits as [outer, n, inner], n classes; labels and losses as [outer, inner].
-struct AxisLayout {
-  int64_t outer = 1, n = 1, inner = 1;
-  int64_t numel() const { return outer * n * inner; }
-  int64_t rows() const { return outer * inner; }
-};
-
-AxisLayout axis_layout(const Shape& shape, int axis) {
-  AxisLayout L;
-  L.outer = prod(shape, 0, axis);
-  L.n = shape[axis];
-  L.inner = prod(shape, axis + 1, shape.size());
-  return L;
-}
-
-// Calls body(tag, base, lanes, row) for groups of lanes: element k of lane j is at
-// base + k * stride + j and its label/loss at row + j; stride 1 and one lane when tag is
-// std::true_type (inner == 1), else stride inner and up to kLanes lanes.
-template <class Body>
-void for_each_lane_group(const AxisLayout& L, Body&& body) {
-  const bool parallel = L.numel() >= kParallelMin;
-  if (L.inner == 1) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t o = 0; o < L.outer; ++o) {
-      Body b = body;  // a private copy: its captures then live in registers
-      b(std::true_type{}, o * L.n, int64_t(1), o);
-    }
-  } else {
-    const int64_t blocks = (L.inner + kLanes - 1) / kLanes;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t item = 0; item < L.outer * blocks; ++item) {
-      const int64_t o = item / blocks, j0 = (item % blocks) * kLanes;
-      Body b = body;
-      b(std::false_type{}, o * L.n * L.inner + j0, std::min(kLanes, L.inner - j0), o * L.inner + j0);
-    }
-  }
-}
+// The logits as an AxisLayout [outer, n, inner] (kernel_util.h), n classes; labels and losses as
+// [outer, inner], one per row (the row argument of for_each_lane_group's body).
 
 // --- SoftmaxCrossEntropy ------------------------------------------------------------------------------
 // Inputs (logits, label); outputs (softmax, loss). shifted = logits - max, log_sum = log(sum(exp(shifted))),
@@ -435,15 +365,7 @@ class CrossEntropyBackpropKernel : public Kernel {
   DType label_dtype_ = DType::Int64;
 };
 
-// --- registration ------------------------------------------------------------------------------------
-template <template <class> class K>
-KernelFactory float_factory() {
-  return [](const NodeInfo& node) {
-    PDNG_CHECK(!node.inputs.empty(), node.op_type + " expects inputs");
-    return make_float_kernel<K>(node, node.inputs[0].dtype);
-  };
-}
-
+// --- registration (float_factory: kernel_util.h) -----------------------------------------------------
 PDNG_REGISTER_KERNEL("SoftmaxCrossEntropy", float_factory<SoftmaxCrossEntropyKernel>());
 PDNG_REGISTER_KERNEL("SoftmaxCrossEntropyBackprop", float_factory<SoftmaxCrossEntropyBackpropKernel>());
 PDNG_REGISTER_KERNEL("CrossEntropy", float_factory<CrossEntropyKernel>());

@@ -19,6 +19,7 @@
 
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
@@ -366,8 +367,7 @@ class MatMulKernel : public Kernel {
         g_(node.inputs.at(0).shape, node.inputs.at(1).shape, node.attrs.get_bool("transpose_a", false),
            node.attrs.get_bool("transpose_b", false)) {
     dtype_ = node.inputs.at(0).dtype;
-    PDNG_CHECK(dtype_ == DType::Float32 || dtype_ == DType::Float64,
-               std::string("unsupported dtype ") + dtype_name(dtype_) + " (float32 or float64 expected)");
+    check_float_dtype(dtype_);
     PDNG_CHECK(node.inputs.at(1).dtype == dtype_, "input dtypes differ");
     PDNG_CHECK(node.outputs.size() == 1 && node.outputs[0].dtype == dtype_, "MatMul has one output of the inputs' dtype");
     PDNG_CHECK(node.outputs[0].numel() == g_.out_numel(),

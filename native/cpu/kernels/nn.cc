@@ -19,86 +19,10 @@
 
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
-
-// Below this many elements a kernel runs on the calling thread only.
-constexpr int64_t kParallelMin = 1 << 15;
-// Lanes handled together when reducing along a non-innermost axis.
-constexpr int64_t kLanes = 64;
-
-int64_t prod(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= s[i];
-  return n;
-}
-
-int normalize_axis(int64_t axis, int rank, const std::string& what) {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  PDNG_CHECK(a >= 0 && a < rank, what + " " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return static_cast<int>(a);
-}
-
-void check_arity(const NodeInfo& node, size_t n_in, size_t n_out) {
-  PDNG_CHECK(node.inputs.size() == n_in && node.outputs.size() == n_out,
-             node.op_type + " expects " + std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs, got " +
-                 std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()));
-}
-
-void check_like(const TensorDesc& t, const TensorDesc& ref, const std::string& what) {
-  PDNG_CHECK(t.dtype == ref.dtype && t.shape == ref.shape, what + " " + t.str() + " does not match " + ref.str());
-}
-
-void check_vector(const TensorDesc& t, DType dtype, int64_t size, const std::string& what) {
-  PDNG_CHECK(t.dtype == dtype && t.numel() == size,
-             what + " " + t.str() + " must hold " + std::to_string(size) + " " + dtype_name(dtype) + " values");
-}
-
-// Creates K<float> or K<double> for a floating-point dtype.
-template <template <class> class K>
-std::unique_ptr<Kernel> make_float_kernel(const NodeInfo& node, DType dtype) {
-  PDNG_DISPATCH_FLOAT(dtype, T, return std::unique_ptr<Kernel>(new K<T>(node)));
-  return nullptr;
-}
-
-// --- reductions along one axis (softmax) ------------------------------------------------------
-// The tensor as [outer, n, inner], reduced along n.
-struct AxisLayout {
-  int64_t outer = 1, n = 1, inner = 1;
-  int64_t numel() const { return outer * n * inner; }
-};
-
-AxisLayout axis_layout(const Shape& shape, int axis) {
-  AxisLayout L;
-  L.outer = prod(shape, 0, axis);
-  L.n = shape[axis];
-  L.inner = prod(shape, axis + 1, shape.size());
-  return L;
-}
-
-// Calls body(tag, base, lanes) for groups of lanes (reduction rows): element k of lane j is at
-// base + k * stride + j, with stride 1 and one lane when tag is std::true_type (inner == 1,
-// contiguous rows), else stride inner and up to kLanes lanes.
-template <class Body>
-void for_each_lane_group(const AxisLayout& L, Body&& body) {
-  const bool parallel = L.numel() >= kParallelMin;
-  if (L.inner == 1) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t o = 0; o < L.outer; ++o) {
-      Body b = body;  // a private copy: its captures then live in registers
-      b(std::true_type{}, o * L.n, int64_t(1));
-    }
-  } else {
-    const int64_t blocks = (L.inner + kLanes - 1) / kLanes;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t item = 0; item < L.outer * blocks; ++item) {
-      const int64_t o = item / blocks, j0 = (item % blocks) * kLanes;
-      Body b = body;
-      b(std::false_type{}, o * L.n * L.inner + j0, std::min(kLanes, L.inner - j0));
-    }
-  }
-}
 
 // --- oneDNN softmax (float32) --------------------------------------------------------------------
 // A softmax_forward primitive on plain row-major tensors; init() returns false where oneDNN
@@ -155,7 +79,8 @@ bool all_finite(const float* x, int64_t n) {
 
 // --- Softmax -----------------------------------------------------------------------------------
 // e = exp(x - max(x)); out = e / sum(e). float32 runs oneDNN's softmax_accurate (vectorized exp,
-// within ~3e-7 of the loops) unless the input holds NaN or inf.
+// within ~3e-7 of the loops) unless the input holds NaN or inf. The loops reduce along the axis of
+// an AxisLayout, one lane group at a time (for_each_lane_group, kernel_util.h).
 template <class T>
 class SoftmaxKernel : public Kernel {
  public:
@@ -179,7 +104,7 @@ class SoftmaxKernel : public Kernel {
     const T* x = in[0].as<T>();
     T* y = out[0].as<T>();
     const int64_t n = L_.n, inner = L_.inner;
-    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes) {
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t /*row*/) {
       constexpr bool kRow = decltype(tag)::value;
       constexpr int64_t W = kRow ? 1 : kLanes;
       const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
@@ -227,7 +152,7 @@ class SoftmaxBackpropKernel : public Kernel {
     const T* d = in[1].as<T>();
     T* g = out[0].as<T>();
     const int64_t n = L_.n, inner = L_.inner;
-    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes) {
+    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t /*row*/) {
       constexpr bool kRow = decltype(tag)::value;
       constexpr int64_t W = kRow ? 1 : kLanes;
       const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
@@ -363,7 +288,7 @@ ChannelLayout batch_norm_layout(const NodeInfo& node, const std::vector<int>& pe
   const TensorDesc& x = node.inputs[0];
   ChannelLayout L = channel_layout(x, node.attrs.get_int("channel_axis", 1));
   for (int i : per_channel_inputs)
-    check_vector(node.inputs[i], x.dtype, L.C, "per-channel input " + std::to_string(i));
+    check_count(node.inputs[i], x.dtype, L.C, "per-channel input " + std::to_string(i));
   return L;
 }
 
@@ -385,7 +310,7 @@ class BatchNormTrainingKernel : public Kernel {
     L_ = batch_norm_layout(node, {1, 2, 3, 4});
     const TensorDesc& x = node.inputs[0];
     check_like(node.outputs[0], x, "output y");
-    for (int i = 1; i < 5; ++i) check_vector(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
+    for (int i = 1; i < 5; ++i) check_count(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
     epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
     momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
     partial_.resize(L_.chunks * L_.C);
@@ -488,8 +413,8 @@ class BatchNormBackpropKernel : public Kernel {
     const TensorDesc& x = node.inputs[0];
     check_like(node.inputs[4], x, "delta");
     check_like(node.outputs[0], x, "output dx");
-    check_vector(node.outputs[1], x.dtype, L_.C, "output dscale");
-    check_vector(node.outputs[2], x.dtype, L_.C, "output dbias");
+    check_count(node.outputs[1], x.dtype, L_.C, "output dscale");
+    check_count(node.outputs[2], x.dtype, L_.C, "output dbias");
     epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
     partial_.resize(L_.chunks * L_.C * 2);
     sums_.resize(L_.C * 2);
@@ -573,11 +498,11 @@ class LayerNormKernel : public Kernel {
     check_arity(node, 3, 3);
     L_ = layer_norm_layout(node);
     const TensorDesc& x = node.inputs[0];
-    check_vector(node.inputs[1], x.dtype, L_.width, "scale");
-    check_vector(node.inputs[2], x.dtype, L_.width, "bias");
+    check_count(node.inputs[1], x.dtype, L_.width, "scale");
+    check_count(node.inputs[2], x.dtype, L_.width, "bias");
     check_like(node.outputs[0], x, "output y");
-    check_vector(node.outputs[1], x.dtype, L_.rows, "output mean");
-    check_vector(node.outputs[2], x.dtype, L_.rows, "output variance");
+    check_count(node.outputs[1], x.dtype, L_.rows, "output mean");
+    check_count(node.outputs[2], x.dtype, L_.rows, "output variance");
     epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
   }
 
@@ -631,13 +556,13 @@ class LayerNormBackpropKernel : public Kernel {
     check_arity(node, 5, 3);
     L_ = layer_norm_layout(node);
     const TensorDesc& x = node.inputs[0];
-    check_vector(node.inputs[1], x.dtype, L_.width, "scale");
-    check_vector(node.inputs[2], x.dtype, L_.rows, "mean");
-    check_vector(node.inputs[3], x.dtype, L_.rows, "variance");
+    check_count(node.inputs[1], x.dtype, L_.width, "scale");
+    check_count(node.inputs[2], x.dtype, L_.rows, "mean");
+    check_count(node.inputs[3], x.dtype, L_.rows, "variance");
     check_like(node.inputs[4], x, "delta");
     check_like(node.outputs[0], x, "output dx");
-    check_vector(node.outputs[1], x.dtype, L_.width, "output dscale");
-    check_vector(node.outputs[2], x.dtype, L_.width, "output dbias");
+    check_count(node.outputs[1], x.dtype, L_.width, "output dscale");
+    check_count(node.outputs[2], x.dtype, L_.width, "output dbias");
     epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
     chunks_ = std::min(L_.rows, kChunks);
     partial_.resize(chunks_ * L_.width * 2);
@@ -812,16 +737,7 @@ class LRNBackpropKernel : public Kernel {
   LRNParams p_;
 };
 
-// --- registration ------------------------------------------------------------------------------------
-template <template <class> class K>
-KernelFactory float_factory(int dtype_input) {
-  return [dtype_input](const NodeInfo& node) {
-    PDNG_CHECK(static_cast<size_t>(dtype_input) < node.inputs.size(),
-               node.op_type + " expects at least " + std::to_string(dtype_input + 1) + " inputs");
-    return make_float_kernel<K>(node, node.inputs[dtype_input].dtype);
-  };
-}
-
+// --- registration (float_factory: kernel_util.h) -----------------------------------------------------
 PDNG_REGISTER_KERNEL("Softmax", float_factory<SoftmaxKernel>(0));
 PDNG_REGISTER_KERNEL("SoftmaxBackprop", float_factory<SoftmaxBackpropKernel>(1));
 PDNG_REGISTER_KERNEL("BatchNormTraining", float_factory<BatchNormTrainingKernel>(0));

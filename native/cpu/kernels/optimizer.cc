@@ -16,6 +16,7 @@
 #endif
 
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
@@ -54,10 +55,7 @@ void update_pow(const Tensor& in, Tensor& out, T beta) {
 }
 
 void check_node(const NodeInfo& node, size_t nin, size_t nout) {
-  PDNG_CHECK(node.inputs.size() == nin && node.outputs.size() == nout,
-             node.op_type + " expects " + std::to_string(nin) + " inputs and " + std::to_string(nout) +
-                 " outputs, got " + std::to_string(node.inputs.size()) + " and " +
-                 std::to_string(node.outputs.size()));
+  check_arity(node, nin, nout);
   const TensorDesc& p = node.inputs[0];
   PDNG_CHECK(p.dtype == DType::Float32 || p.dtype == DType::Float64,
              node.op_type + ": unsupported parameter dtype " + dtype_name(p.dtype) + " (float32 or float64 expected)");

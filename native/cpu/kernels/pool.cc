@@ -29,6 +29,7 @@
 
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
@@ -61,13 +62,8 @@ struct PoolGeometry {
     N = x.shape[0]; C = x.shape[1]; H = x.shape[2]; W = x.shape[3];
     OH = y.shape[2]; OW = y.shape[3];
     PDNG_CHECK(y.shape[0] == N && y.shape[1] == C, "output " + y.str() + " does not match data " + x.str());
-    auto pair = [&](const char* name, int64_t fallback) {
-      if (!a.has(name)) return std::vector<int64_t>{fallback, fallback};
-      const auto& v = a.get_ints(name);
-      PDNG_CHECK(v.size() == 2, std::string("attribute ") + name + " needs 2 values (H, W)");
-      return v;
-    };
-    auto window = pair("window", 1), strides = pair("strides", 1), begin = pair("pads_begin", 0), end = pair("pads_end", 0);
+    auto window = hw_attr(a, "window", 1), strides = hw_attr(a, "strides", 1);
+    auto begin = hw_attr(a, "pads_begin", 0), end = hw_attr(a, "pads_end", 0);
     KH = window[0]; KW = window[1]; sh = strides[0]; sw = strides[1];
     pt = begin[0]; pl = begin[1]; pb = end[0]; pr = end[1];
     ceil_mode = a.get_bool("ceil_mode", false);
@@ -314,8 +310,7 @@ class PoolKernel : public Kernel {
  public:
   PoolKernel(const NodeInfo& node, Kind kind, bool backprop) : g_(node, kind, backprop) {
     dtype_ = node.inputs[0].dtype;
-    PDNG_CHECK(dtype_ == DType::Float32 || dtype_ == DType::Float64,
-               std::string("unsupported dtype ") + dtype_name(dtype_) + " (float32 or float64 expected)");
+    check_float_dtype(dtype_);
     for (const auto& d : node.inputs) PDNG_CHECK(d.dtype == dtype_, "input dtypes differ");
     PDNG_CHECK(node.outputs[0].dtype == dtype_, "output dtype differs from the input's");
     PDNG_CHECK(node.outputs[0].shape == (backprop ? node.inputs[0].shape : Shape{g_.N, g_.C, g_.OH, g_.OW}),

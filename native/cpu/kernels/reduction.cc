@@ -23,56 +23,12 @@
 #include <vector>
 
 #include "pdng/kernel.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
 
-constexpr int64_t kParallelMin = 32768;
-constexpr int kMaxRank = 32;
 constexpr int64_t kFewOutputs = 16;  // below this many outputs (column blocks), split the reduction
-
-int thread_index() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-int thread_count() {
-#ifdef _OPENMP
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
-
-// f(begin, end, thread) on a static split of [0, items) over at most max_threads threads (0: no
-// cap); one thread for small work. f must not throw.
-template <class F>
-void parallel_ranges(int64_t items, int64_t work, F&& f, int max_threads = 0) {
-  if (items <= 0) return;
-  int64_t nt = work > kParallelMin ? std::min<int64_t>(num_threads(), items) : 1;
-  if (max_threads > 0) nt = std::min<int64_t>(nt, max_threads);
-  if (nt <= 1) {
-    f(int64_t(0), items, 0);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(static_cast<int>(nt))
-  {
-    const int64_t T = thread_count(), t = thread_index();
-    const int64_t b = items * t / T, e = items * (t + 1) / T;
-    if (b < e) f(b, e, static_cast<int>(t));
-  }
-#else
-  f(int64_t(0), items, 0);
-#endif
-}
 
 // A mixed-radix counter over some dims, tracking a linear offset.
 struct Odometer {
@@ -109,11 +65,7 @@ std::vector<bool> reduced_flags(const NodeInfo& node, int rank) {
   if (rank == 0) return flags;  // the interpreter reduces a 0-D input as a whole: a copy
   const auto& axes = node.attrs.has("axes") ? node.attrs.get_ints("axes") : std::vector<int64_t>{};
   if (axes.empty()) return std::vector<bool>(rank, true);
-  for (int64_t a : axes) {
-    const int64_t n = a < 0 ? a + rank : a;
-    if (n < 0 || n >= rank) throw Error("axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
-    flags[n] = true;
-  }
+  for (int64_t a : axes) flags[normalize_axis(a, rank)] = true;
   return flags;
 }
 

@@ -17,72 +17,14 @@
 #include <vector>
 
 #include "pdng/kernel.h"
+#include "pdng/kernel_util.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace pdng {
 namespace {
-
-constexpr int64_t kParallelMin = 32768;  // elements below which a kernel runs on one thread
-constexpr int kMaxRank = 32;
-
-int thread_index() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
-int thread_count() {
-#ifdef _OPENMP
-  return omp_get_num_threads();
-#else
-  return 1;
-#endif
-}
-
-// Calls f(begin, end, thread) on a static split of [0, items) over the threads; one thread when
-// `work` (elements touched) is small. f must not throw.
-template <class F>
-void parallel_ranges(int64_t items, int64_t work, F&& f, int max_threads = 0) {
-  if (items <= 0) return;
-  int64_t nt = work > kParallelMin ? std::min<int64_t>(num_threads(), items) : 1;
-  if (max_threads > 0) nt = std::min<int64_t>(nt, max_threads);
-  if (nt <= 1) {
-    f(int64_t(0), items, 0);
-    return;
-  }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(static_cast<int>(nt))
-  {
-    const int64_t T = thread_count(), t = thread_index();
-    const int64_t b = items * t / T, e = items * (t + 1) / T;
-    if (b < e) f(b, e, static_cast<int>(t));
-  }
-#else
-  f(int64_t(0), items, 0);
-#endif
-}
-
-int64_t normalize_axis(int64_t axis, int64_t rank, const char* what = "axis") {
-  const int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    throw Error(std::string(what) + " " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return a;
-}
-
-int64_t prod(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end && i < s.size(); ++i) n *= s[i];
-  return n;
-}
 
 void check_shape(const TensorDesc& got, const Shape& expected, const std::string& what) {
   if (got.shape != expected)
