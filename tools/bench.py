@@ -210,9 +210,23 @@ def unsupported(system: str, model: str, ranks: int) -> str | None:
 
 
 def run_config(system, model, ranks, args) -> dict:
+    """One configuration; a failed run is tried once more, and the first failure is kept in the result
+    (torchrun's gloo rendezvous, for one, fails now and then on a loaded machine)."""
     reason = unsupported(system, model, ranks)
     if reason:
         return {"status": "not run", "reason": reason}
+    result = run_once(system, model, ranks, args)
+    for _ in range(args.retries):
+        if result["status"] != "failed":
+            break
+        first = result["reason"]
+        print(f"  failed ({first[-200:]}); trying once more", file=sys.stderr, flush=True)
+        result = run_once(system, model, ranks, args)
+        result["earlier_failure"] = first
+    return result
+
+
+def run_once(system, model, ranks, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
@@ -322,6 +336,8 @@ def print_table(report: dict):
         scaling = f"{r['scaling']:.2f}" if "scaling" in r else ""
         hidden = f"{100 * r['hidden_share']:.0f}%" if "hidden_share" in r else ""
         note = f"FLOP bound {r['flop_bound_ms']:.2f} ms" if "flop_bound_ms" in r else ""
+        if "earlier_failure" in r:
+            note += " (second try; the first failed)"
         print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
               f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
 
@@ -353,6 +369,9 @@ def write_markdown(report: dict, path: str):
         if r["status"] != "ok":
             lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | |")
             continue
+        if "earlier_failure" in r:
+            lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | first try failed: "
+                         f"{r['earlier_failure'][-150:]} | | | | | | |")
         lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['ms_per_step']:.2f} | "
                      f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f} | {r['samples_per_s']:.0f} | "
                      f"{r.get('scaling', float('nan')):.2f} | "
@@ -379,7 +398,9 @@ def plot(report: dict, stem: str) -> list[str]:
         return []
     written = []
     models = list(dict.fromkeys(r["model"] for r in report["results"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
+    everyone = list(dict.fromkeys(r["system"] for r in report["results"] if r["result"]["status"] == "ok"))
+    colors = {system: f"C{i}" for i, system in enumerate(everyone)}  # one color per system in every panel
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4.4), squeeze=False)
     for ax, model in zip(axes[0], models):
         rows = [r for r in report["results"] if r["model"] == model and r["result"]["status"] == "ok"]
         systems = list(dict.fromkeys(r["system"] for r in rows))
@@ -388,14 +409,15 @@ def plot(report: dict, stem: str) -> list[str]:
         for k, system in enumerate(systems):
             values = [next((r["result"]["samples_per_s"] for r in rows if r["system"] == system and r["ranks"] == n), 0)
                       for n in ranks]
-            ax.bar([i + k * width for i in range(len(ranks))], values, width, label=system)
+            ax.bar([i + k * width for i in range(len(ranks))], values, width, label=system, color=colors[system])
         ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(ranks))])
         ax.set_xticklabels([f"{n} rank{'s' if n > 1 else ''}" for n in ranks])
         ax.set_title(model)
         ax.set_ylabel("samples/s")
-        ax.legend(fontsize=7)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[s]) for s in everyone]
+    fig.legend(handles, everyone, loc="lower center", ncol=len(everyone), fontsize=8, frameon=False)
     fig.suptitle(f"Training throughput, per-rank batch {report['batch']} ({report['machine']})", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(stem + "_throughput.png", dpi=110)
     written.append(stem + "_throughput.png")
     if report.get("allreduce"):
@@ -430,6 +452,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
     parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")
     parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce micro-benchmark")
+    parser.add_argument("--retries", type=int, default=1, help="runs more of a configuration that failed (default 1)")
+    parser.add_argument("--replot", action="store_true", help="only rewrite the table and plots from --out's JSON")
     # worker mode (started by this tool)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
@@ -443,6 +467,13 @@ def main(argv=None) -> int:
             json.dump(result, f)
         return 0
 
+    if args.replot:
+        report = json.load(open(args.out))
+        stem = os.path.splitext(args.out)[0]
+        write_markdown(report, stem + ".md")
+        print_table(report)
+        print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
+        return 0
     if args.smoke:
         args.steps, args.warmup, args.repeats, args.batch = 2, 1, 1, 8
     models = [m for m in args.models.split(",") if m]

@@ -27,6 +27,9 @@ def import_mpi():
     """
     if "OMPI_COMM_WORLD_SIZE" in os.environ:
         os.environ.setdefault("MPI4PY_MPIABI", "openmpi")
+        # A rank waiting in a collective for a slower peer yields its core instead of spinning: the CPU
+        # backend's communication thread waits there while the same rank's backward pass computes.
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         _preload_openmpi_libfabric()
     from mpi4py import MPI
 
