@@ -10,8 +10,10 @@ Systems (each on the same model, per-rank batch and random data):
   ngraph-interp    paddle_ngraph, INTERPRETER backend (the NumPy reference)
   paddle           Paddle's own static executor, one process (Paddle 3's static collective training
                    does not run on CPU: reported as such for 2+ ranks)
-  paddle-dp        paddle.DataParallel (dygraph, gloo) under paddle.distributed.launch, MLP only
-  torch-ddp        torch DistributedDataParallel (gloo) under torchrun, MLP only, where torch is installed
+  paddle-dp        paddle.DataParallel (dygraph, gloo) under paddle.distributed.launch
+  torch-ddp        torch DistributedDataParallel (gloo) under torchrun, where torch is installed
+The peers run the same four models rebuilt in dygraph and in torch (tools/bench_models.py, same
+layers and parameter counts, tested in tests/tools/test_bench_models.py).
 
 Per configuration: median and spread of ms/step over repeats (each repeat: warm-up, then --steps
 timed steps, median step), samples/s over all ranks, scaling efficiency against the same system on
@@ -41,7 +43,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
 SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "torch-ddp"]
-MLP_ONLY = {"paddle-dp", "torch-ddp"}
 
 
 # --- worker: one rank of one configuration ------------------------------------------------------------
@@ -93,24 +94,34 @@ def worker(args) -> dict:
     return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb()}
 
 
-def dygraph_worker(args) -> dict:
-    """paddle.DataParallel over gloo: the MLP in dygraph."""
+def peer_feeds(args, rank):
+    """The model's feeds as NumPy arrays, features first and the label last, as in the zoo's FEEDS."""
     import numpy as np
+
+    from paddle_ngraph.zoo.models import FEEDS, make_batch
+
+    rng = np.random.default_rng(rank)
+    return [[batch[name] for name in FEEDS[args.model]] for batch in (make_batch(args.model, args.batch, rng)
+                                                                     for _ in range(4))]
+
+
+def dygraph_worker(args) -> dict:
+    """paddle.DataParallel over gloo, the model rebuilt in dygraph."""
     import paddle
     import paddle.distributed as dist
 
+    from bench_models import paddle_loss, paddle_model
+
     dist.init_parallel_env()
     rank = dist.get_rank()
-    model = paddle.nn.Sequential(paddle.nn.Linear(784, 600), paddle.nn.ReLU(), paddle.nn.Linear(600, 10))
+    model = paddle_model(args.model)
     model = paddle.DataParallel(model) if dist.get_world_size() > 1 else model
     opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
-    rng = np.random.default_rng(rank)
-    feeds = [(paddle.to_tensor(rng.standard_normal((args.batch, 784)).astype("float32")),
-              paddle.to_tensor(rng.integers(0, 10, (args.batch, 1)).astype("int64"))) for _ in range(4)]
+    feeds = [[paddle.to_tensor(a) for a in batch] for batch in peer_feeds(args, rank)]
 
     def step(i):
-        x, y = feeds[i % 4]
-        loss = paddle.nn.functional.cross_entropy(model(x), y).mean()
+        *inputs, y = feeds[i % 4]
+        loss = paddle_loss(model(*inputs), y)
         loss.backward()
         opt.step()
         opt.clear_grad()
@@ -120,26 +131,25 @@ def dygraph_worker(args) -> dict:
 
 
 def torch_worker(args) -> dict:
-    """torch DDP over gloo: the same MLP, one thread per rank as torchrun's default."""
-    import numpy as np
+    """torch DDP over gloo, the model rebuilt in torch, one thread per rank as torchrun's default."""
     import torch
     import torch.distributed as dist
+
+    from bench_models import torch_loss, torch_model
 
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if distributed else 0
-    model = torch.nn.Sequential(torch.nn.Linear(784, 600), torch.nn.ReLU(), torch.nn.Linear(600, 10))
+    model = torch_model(args.model)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    rng = np.random.default_rng(rank)
-    feeds = [(torch.from_numpy(rng.standard_normal((args.batch, 784)).astype("float32")),
-              torch.from_numpy(rng.integers(0, 10, (args.batch,)).astype("int64"))) for _ in range(4)]
+    feeds = [[torch.from_numpy(a) for a in batch] for batch in peer_feeds(args, rank)]
 
     def step(i):
-        x, y = feeds[i % 4]
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        *inputs, y = feeds[i % 4]
+        loss = torch_loss(model(*inputs), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -189,8 +199,6 @@ def launch_command(system: str, ranks: int, worker_args: list[str], log_dir: str
 
 
 def unsupported(system: str, model: str, ranks: int) -> str | None:
-    if system in MLP_ONLY and model != "mnist_mlp":
-        return "model not rebuilt for this system (MLP only)"
     if system == "paddle" and ranks > 1:
         return ("Paddle 3.3.1 static collective training does not run on CPU (fleet minimize: "
                 "'comm_id must be generated in paddlepaddle-xpu', see ../shared/notes/platform.md)")
@@ -221,6 +229,7 @@ def run_config(system, model, ranks, args) -> dict:
             break
         first = result["reason"]
         print(f"  failed ({first[-200:]}); trying once more", file=sys.stderr, flush=True)
+        time.sleep(5)  # let the failed run's sockets and processes go
         result = run_once(system, model, ranks, args)
         result["earlier_failure"] = first
     return result
