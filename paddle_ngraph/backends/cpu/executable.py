@@ -112,8 +112,7 @@ class Specialization:
         results = list(self.function.results.values())
         # Results written into an input's buffer are returned as that input array itself, which
         # keeps the memory alive as long as the result is (a view would not).
-        param_index = {p.id: i for i, p in enumerate(self.function.parameters)}
-        self.result_is_input = {k: param_index[live.inplace[(o.node.id, o.index)]] for k, o in enumerate(results)
+        self.result_is_input = {k: index[live.inplace[(o.node.id, o.index)]] for k, o in enumerate(results)
                                 if (o.node.id, o.index) in live.inplace}
         native.set_results([buffer_of(o) for o in results], [(o.type.dtype.numpy, o.type.shape) for o in results])
         if self.collectives:
