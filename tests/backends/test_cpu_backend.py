@@ -1,4 +1,6 @@
 """The CPU backend as a backend: completeness, specialization, errors, threads, collectives in one process."""
+import os
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,11 @@ def test_collectives_in_one_process():
     np.testing.assert_array_equal(get_backend("CPU").compile(g).call([xv], NullTransport())[0], xv)
     with pytest.raises(ExecutionError, match="AllGather.*needs a transport"):
         get_backend("CPU").compile(g).call([xv])
+
+
+@pytest.mark.skipif(not os.environ.get("PDNG_EXPECT_LIBRARY"), reason="only under make sanitize")
+def test_CPU_tests_run_on_the_expected_native_library():
+    """make sanitize must test the sanitized build, not the normal one next to the extension."""
+    _cpu.registered_op_types()
+    maps = open("/proc/self/maps").read()
+    assert os.path.abspath(os.environ["PDNG_EXPECT_LIBRARY"]) in maps
