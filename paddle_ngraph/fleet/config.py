@@ -138,6 +138,8 @@ def load_yaml(path, source: str | None = None) -> dict:
             data = yaml.safe_load(f)
     except OSError as e:
         raise ConfigError(f"{source}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {' '.join(str(e).split())}") from None
     if data is None:
