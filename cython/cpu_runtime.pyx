@@ -136,9 +136,13 @@ cdef class NativeExecutable:
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 
-    def add_collective_start(self, node, int node_index, inputs, outputs, int region):
+    def add_collective_start(self, node, int node_index, inputs, outputs, int region, tensor_names=()):
         cdef NodeInfo info = _node_info(node)
-        return self.executor.add_collective_start(info, node_index, inputs, outputs, region)
+        cdef vector[string] names = [n.encode() for n in tensor_names]
+        return self.executor.add_collective_start(info, node_index, inputs, outputs, region, names)
+
+    def set_check_finite(self, bint on):
+        self.executor.set_check_finite(on)
 
     def add_collective_wait(self, int collective):
         self.executor.add_collective_wait(collective)

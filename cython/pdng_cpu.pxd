@@ -41,7 +41,9 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         int add_constant_buffer(const void*, int64_t) except +
         int add_view_buffer(int, int64_t, int64_t) except +
         void add_compute(const NodeInfo&, const vector[int]&, const vector[int]&) except +
-        int add_collective_start(const NodeInfo&, int, const vector[int]&, const vector[int]&, int) except +
+        int add_collective_start(const NodeInfo&, int, const vector[int]&, const vector[int]&, int,
+                                 const vector[string]&) except +
+        void set_check_finite(bool)
         void add_collective_wait(int) except +
         void set_results(const vector[int]&) except +
         void set_num_inputs(int)

@@ -26,6 +26,7 @@ def _check(name: str):
 
 # --- torch ----------------------------------------------------------------------------------------------
 def torch_model(name: str, **model_kwargs):
+    _check(name)  # before importing torch, which may not be installed
     import torch
     import torch.nn.functional as F
     from torch import nn

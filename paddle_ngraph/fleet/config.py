@@ -37,14 +37,14 @@ def _backends() -> list[str]:
 
 @dataclass(frozen=True)
 class Option:
-    kind: str                       # "str", "int" or "number"
+    kind: str                       # "str", "int", "number" or "bool"
     choices: Callable[[], Any] | tuple | None = None
     case: str | None = None         # "upper"/"lower": choices compare case-insensitively
     minimum: float | None = None
     exclusive_minimum: bool = False
 
     def type_name(self) -> str:
-        return {"str": "a string", "int": "an integer", "number": "a number"}[self.kind]
+        return {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false"}[self.kind]
 
 
 SCHEMA: dict[str, Option] = {
@@ -54,6 +54,7 @@ SCHEMA: dict[str, Option] = {
     "min_buckets": Option("int", minimum=1),
     "reduction": Option("str", choices=REDUCTIONS, case="lower"),
     "threads": Option("int", minimum=0),
+    "check_finite": Option("bool"),
     "timeout_s": Option("number", minimum=0, exclusive_minimum=True),
     "log_level": Option("str", choices=LOG_LEVELS, case="upper"),
 }
@@ -73,6 +74,8 @@ def validate_value(key: str, value, source: str):
         ok = isinstance(value, str)
     elif option.kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif option.kind == "bool":
+        ok = isinstance(value, bool)
     else:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok and option.kind == "number" and not math.isfinite(value):
@@ -114,6 +117,11 @@ def _parse_env(key: str, text: str):
     source = f"environment variable {name}"
     if kind == "str":
         return validate_value(key, text.strip(), source)
+    if kind == "bool":
+        words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+        if text.strip().lower() not in words:
+            raise ConfigError(f"{source}={text!r}: '{key}' must be {SCHEMA[key].type_name()}")
+        return words[text.strip().lower()]
     try:
         value = int(text) if kind == "int" else float(text)
         if kind == "number" and value.is_integer() and "." not in text and "e" not in text.lower():

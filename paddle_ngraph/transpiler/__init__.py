@@ -22,7 +22,7 @@ __all__ = ["transpile", "engines"]
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4):
+              min_buckets: int = 4, check_finite: bool = False):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -31,6 +31,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
     ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
+    ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     """
     from ..distributed import initial_sync, resolve_transport
@@ -49,7 +50,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     names = {p.name for p in function.parameters}
     state = {r: r[len(STATE_PREFIX):] for r in function.results
              if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
-    executable = get_backend(backend or default_backend(), threads=threads).compile(function, inplace_results=state)
+    options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
+    executable = get_backend(backend or default_backend(), **options).compile(function, inplace_results=state)
     engine = Engine(function, executable, fetch, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())

@@ -4,6 +4,7 @@ import os
 import numpy as np
 import pytest
 
+import paddle_ngraph
 from paddle_ngraph import ExecutionError, _cpu
 from paddle_ngraph.backends import get_backend
 from paddle_ngraph.backends.cpu import default_threads
@@ -84,3 +85,14 @@ def test_CPU_tests_run_on_the_expected_native_library():
     _cpu.registered_op_types()
     maps = open("/proc/self/maps").read()
     assert os.path.abspath(os.environ["PDNG_EXPECT_LIBRARY"]) in maps
+
+
+def test_check_finite_names_the_tensor_after_allreduce():
+    x = ops.Parameter(dtype="float32", shape=(4,), name="grad")
+    f = Function([x], {"r": ops.AllReduce(x.output(), reduction="sum", bucket="grad_bucket_0").output(0)})
+    value = np.array([1, 2, np.inf, 4], dtype="float32")
+    np.testing.assert_array_equal(get_backend("CPU").compile(f).call([value])[0], value)  # off by default
+    with pytest.raises(ExecutionError, match=r"non-finite value inf in .*element 2 .*bucket 'grad_bucket_0'"):
+        get_backend("CPU", check_finite=True).compile(f).call([value])
+    with pytest.raises(paddle_ngraph.ConfigError, match="check_finite"):
+        get_backend("INTERPRETER", check_finite=True)

@@ -87,3 +87,17 @@ def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
             job.kill()
         for pid in _worker_pids(f"--steps {steps}"):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
+    """check_finite: rank 1's NaN reaches every rank's reduced gradients; each rank stops at that
+    step with the gradient's name (the job ends through the abort path, non-zero, no hang)."""
+    start = time.monotonic()
+    proc = mpirun(2, os.path.join(HERE, "nan_worker.py"), timeout=90)
+    assert time.monotonic() - start < 60
+    assert proc.returncode != 0
+    assert "finished without noticing" not in proc.stdout
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "non-finite value" in line]
+    assert lines, out[-3000:]
+    assert all("step 3" in line and "@GRAD" in line and "after AllReduce of bucket" in line for line in lines), lines

@@ -17,7 +17,8 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = "valid keys: backend, bucket_mb, log_level, min_buckets, reduction, threads, timeout_s, transport"
+VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, log_level, min_buckets, reduction, threads, timeout_s, "
+              "transport")
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +112,8 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 # --- precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > PADDLE_NGRAPH_CONFIG file > defaults ---------
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
-                                      "reduction": "avg", "threads": 0, "timeout_s": 300, "log_level": "WARNING"}
+                                      "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 300,
+                                      "log_level": "WARNING"}
 
 
 def test_precedence(tmp_path, monkeypatch):

@@ -6,7 +6,14 @@ import sys
 import numpy as np
 import paddle
 import pytest
-import torch
+
+# torch is a peer of the benchmark, installed by make bench-deps, not by make test: its halves of
+# these tests are skipped without it; the Paddle dygraph halves always run.
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (make bench-deps installs it)")
 
 from paddle_ngraph.zoo.models import FEEDS, MODELS, build_program, make_batch
 
@@ -58,11 +65,12 @@ def test_parameter_counts_match_the_static_program(name, dygraph):
     static = (sizes(v.shape for _, v, trainable in params if trainable),
               sizes(v.shape for _, v, trainable in params if not trainable))
     pm = bench_models.paddle_model(name, **MODEL_KWARGS.get(name, {}))
-    tm = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))
     ours = {"paddle": (sizes(p.shape for p in pm.parameters() if not p.stop_gradient),
-                       sizes(p.shape for p in pm.parameters() if p.stop_gradient)),
-            "torch": (sizes(p.shape for p in tm.parameters() if p.requires_grad),
-                      sizes(b.shape for b in tm.buffers() if b.is_floating_point()))}  # not num_batches_tracked
+                       sizes(p.shape for p in pm.parameters() if p.stop_gradient))}
+    if torch is not None:
+        tm = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))
+        ours["torch"] = (sizes(p.shape for p in tm.parameters() if p.requires_grad),
+                         sizes(b.shape for b in tm.buffers() if b.is_floating_point()))  # not num_batches_tracked
     for framework, (trainable, stats) in ours.items():
         assert sum(trainable) == sum(static[0]), (framework, sum(trainable), sum(static[0]))
         assert trainable == static[0] and stats == static[1], framework
@@ -82,6 +90,8 @@ def test_the_static_weights_give_the_static_logits(name, dygraph):
     logits = pm(*inputs)
     np.testing.assert_allclose(logits.numpy(), static_logits, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(float(bench_models.paddle_loss(logits, y)), static_loss, rtol=1e-5)
+    if torch is None:
+        return
 
     tm = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))
     state = {k: v for k, v in tm.state_dict().items() if not k.endswith("num_batches_tracked")}
@@ -104,6 +114,7 @@ def feeds(name, batch, to_tensor):
     return [to_tensor(values[feed]) for feed in FEEDS[name]]  # inputs in FEEDS order, then y
 
 
+@needs_torch
 @pytest.mark.parametrize("name", list(MODELS))
 def test_torch_step(name):
     model = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))

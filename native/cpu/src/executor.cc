@@ -1,6 +1,7 @@
 #include "pdng/executor.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -84,8 +85,10 @@ void Executor::add_compute(const NodeInfo& node, const std::vector<int>& in, con
 }
 
 int Executor::add_collective_start(const NodeInfo& node, int node_index, const std::vector<int>& in,
-                                   const std::vector<int>& out, int region) {
+                                   const std::vector<int>& out, int region,
+                                   const std::vector<std::string>& tensor_names) {
   Collective c;
+  c.tensor_names = tensor_names;
   c.node = node;
   c.node_index = node_index;
   c.in = in;
@@ -259,10 +262,48 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
           if (started > waited) broken_ = true;
           throw Error(where(c.node) + c.error);
         }
+        if (check_finite_ && c.region >= 0) {
+          try {
+            check_finite(c);
+          } catch (const std::exception& e) {
+            if (started > waited) broken_ = true;
+            throw Error(where(c.node) + e.what());
+          }
+        }
         break;
       }
     }
     if (profiling_) step_seconds_[index] = now_seconds() - step_start;
+  }
+}
+
+namespace {
+template <class T>
+int64_t first_non_finite(const T* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i])) return i;
+  return -1;
+}
+}  // namespace
+
+void Executor::check_finite(const Collective& c) const {
+  for (size_t k = 0; k < c.out.size(); ++k) {
+    const TensorDesc& d = c.node.outputs.at(k);
+    const void* data = resolved_[c.out[k]];
+    int64_t bad = -1;
+    double value = 0;
+    if (d.dtype == DType::Float32) {
+      bad = first_non_finite(static_cast<const float*>(data), d.numel());
+      if (bad >= 0) value = static_cast<const float*>(data)[bad];
+    } else if (d.dtype == DType::Float64) {
+      bad = first_non_finite(static_cast<const double*>(data), d.numel());
+      if (bad >= 0) value = static_cast<const double*>(data)[bad];
+    }
+    if (bad >= 0) {
+      const std::string name = k < c.tensor_names.size() ? c.tensor_names[k] : "output " + std::to_string(k);
+      throw Error("non-finite value " + std::to_string(value) + " in '" + name + "' (element " + std::to_string(bad) +
+                  " of " + d.str() + ") after AllReduce of bucket '" + c.node.attrs.get_string("bucket") + "'");
+    }
   }
 }
 

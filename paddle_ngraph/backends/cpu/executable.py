@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import ExecutionError
 from ...ir import Function, clone_function
+from ...ir.ops.optimizer import OptimizerUpdate
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
 from ...passes.fuse_matmul_bias import FuseMatMulBias
@@ -54,8 +55,10 @@ def default_threads() -> int:
 class Specialization:
     """The function compiled for one set of input shapes."""
 
-    def __init__(self, function: Function, threads: int, transport, inplace: dict[str, str]):
+    def __init__(self, function: Function, threads: int, transport, inplace: dict[str, str],
+                 check_finite: bool = False):
         self.function = function
+        self.check_finite = check_finite
         self.fused = FuseMatMulBias()
         self.deduplicated = EliminateDuplicates()
         self.liveness = Liveness(inplace)
@@ -71,6 +74,7 @@ class Specialization:
         native.set_arena_size(self.memory.arena_bytes)
         native.set_num_inputs(len(self.function.parameters))
         native.set_threads(threads)
+        native.set_check_finite(self.check_finite)
         live = self.liveness
         root_buffer = {}
         index = {p.id: i for i, p in enumerate(self.function.parameters)}
@@ -97,6 +101,7 @@ class Specialization:
             return value_buffer[value]
 
         collective_index = {}
+        users = self.function.users()
         for step in live.steps:
             node = step.node
             if step.kind == "compute":
@@ -105,7 +110,7 @@ class Specialization:
                 region = root_buffer[("region", node.id)] if node.op_type in IN_PLACE_COLLECTIVES else -1
                 collective_index[node.id] = native.add_collective_start(
                     node, len(self.collectives), [buffer_of(i) for i in node.inputs],
-                    [buffer_of(o) for o in node.outputs], region)
+                    [buffer_of(o) for o in node.outputs], region, self._tensor_names(node, users))
                 self.collectives.append(node)
             else:
                 native.add_collective_wait(collective_index[node.id])
@@ -119,6 +124,17 @@ class Specialization:
             native.use_fallback(self._run_collective)
             self._use_native_communicator(native)
         return native
+
+    @staticmethod
+    def _tensor_names(node, users) -> list[str]:
+        """Names of a collective's outputs for messages: 'param@GRAD' where an update reads it."""
+        names = [f"{node.name}:{k}" for k in range(len(node.output_types))]
+        for user in users.get(node.id, []):
+            if isinstance(user, OptimizerUpdate):
+                grad = user.inputs[user.grad_input]
+                if grad.node.id == node.id:
+                    names[grad.index] = f"{user.inputs[user.param_input].node.name}@GRAD"
+        return names
 
     def _use_native_communicator(self, native):
         """AllReduce from C++ on the communication thread where the transport allows: MPI directly,
@@ -145,8 +161,10 @@ class Specialization:
 
 
 class CPUExecutable(Executable):
-    def __init__(self, function: Function, threads: int = 0, inplace_results: dict[str, str] | None = None):
+    def __init__(self, function: Function, threads: int = 0, inplace_results: dict[str, str] | None = None,
+                 check_finite: bool = False):
         self.function = function
+        self.check_finite = check_finite
         self.threads = threads or default_threads()
         self.inplace_results = dict(inplace_results or {})
         self._specializations: OrderedDict[tuple, Specialization] = OrderedDict()
@@ -197,7 +215,8 @@ class CPUExecutable(Executable):
             self._specializations.move_to_end(signature)
             return found
         shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
-        found = Specialization(clone_function(self.function, shapes), self.threads, transport, self.inplace_results)
+        found = Specialization(clone_function(self.function, shapes), self.threads, transport, self.inplace_results,
+                               self.check_finite)
         self._specializations[signature] = found
         if len(self._specializations) > _MAX_SPECIALIZATIONS:
             self._specializations.popitem(last=False)
@@ -206,9 +225,11 @@ class CPUExecutable(Executable):
 
 @register_backend("CPU")
 class CPUBackend(Backend):
-    def __init__(self, threads: int = 0, **options):
+    def __init__(self, threads: int = 0, check_finite: bool = False, **options):
         self.threads = int(threads or 0)
+        self.check_finite = bool(check_finite)
         self.options = options
 
     def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> CPUExecutable:
-        return CPUExecutable(function, threads=self.threads, inplace_results=inplace_results)
+        return CPUExecutable(function, threads=self.threads, inplace_results=inplace_results,
+                             check_finite=self.check_finite)

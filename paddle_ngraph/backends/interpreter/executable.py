@@ -62,8 +62,12 @@ class InterpreterExecutable(Executable):
 
 @register_backend("INTERPRETER")
 class InterpreterBackend(Backend):
-    # ``threads`` and other options of the native backends are accepted and unused: NumPy decides.
+    # ``threads`` of the native backends is accepted and unused: NumPy decides.
     def __init__(self, **options):
+        if options.get("check_finite"):
+            from ...errors import ConfigError
+
+            raise ConfigError("check_finite is an option of the CPU backend; the INTERPRETER does not check")
         self.options = options
 
     def compile(self, function: Function, inplace_results=None) -> InterpreterExecutable:

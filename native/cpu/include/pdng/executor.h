@@ -57,7 +57,8 @@ class Executor {
   // A collective: inputs are packed into `region` (outputs are views of it), then reduced on the
   // communication thread. Returns its index for add_wait.
   int add_collective_start(const NodeInfo& node, int node_index, const std::vector<int>& in,
-                           const std::vector<int>& out, int region);
+                           const std::vector<int>& out, int region,
+                           const std::vector<std::string>& tensor_names = {});
   void add_collective_wait(int collective);
   void set_results(const std::vector<int>& buffers);
   void set_num_inputs(int n) { num_inputs_ = n; }
@@ -67,6 +68,8 @@ class Executor {
     fallback_context_ = context;
   }
   // Before the kernels are added: oneDNN primitives take the thread count current at their creation.
+  // After each in-place AllReduce, check its float outputs for NaN and Inf (an Error names the tensor).
+  void set_check_finite(bool on) { check_finite_ = on; }
   void set_threads(int n) {
     threads_ = n;
     if (n > 0) set_num_threads(n);
@@ -101,6 +104,7 @@ class Executor {
     int node_index;
     std::vector<int> in, out;
     int region;
+    std::vector<std::string> tensor_names;  // one per output, for error messages
     bool native = false;  // the communicator reduces it; otherwise the fallback runs it
     // Written by the communication thread, read after done.
     bool done = false;
@@ -147,6 +151,8 @@ class Executor {
   bool broken_ = false;  // a run failed with collectives in flight: refuse further runs
   double wait_seconds_ = 0, comm_seconds_ = 0;
   bool profiling_ = false;
+  bool check_finite_ = false;
+  void check_finite(const Collective& c) const;
   std::vector<double> step_seconds_;
 };
 
