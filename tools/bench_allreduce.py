@@ -8,7 +8,7 @@ allreduces and the bus bandwidth 2(n-1)/n * bytes / time (the ring algorithm's
 traffic per rank, the figure NCCL's and Horovod's benchmarks report).
 
 Systems: ``native`` is what training uses: a one-node function (an AllReduce bucket) run
-by the CPU backend, reduced in place from C++ on its communication thread (MPI_Iallreduce);
+by the CPU backend, reduced in place from C++ on its communication thread (MPI_Allreduce);
 ``mpi`` and ``ccl`` the Python transports; ``mpi4py`` a bare comm.Allreduce.
 """
 import argparse

@@ -88,6 +88,7 @@ class Liveness(FunctionPass):
         taken = set()
         params = {p.name: p for p in function.parameters}
         result_values = [(o.node.id, o.index) for o in function.results.values()]
+        users = function.users()
         for result, param_name in sorted(self.requested_inplace.items()):
             value, param = function.results.get(result), params.get(param_name)
             if value is None or param is None or param.id in taken:
@@ -98,7 +99,7 @@ class Liveness(FunctionPass):
                     or (param.id, 0) in result_values):
                 continue
             others = readers.get(param.id, set()) - {node.id}
-            if self._reaches(function, node, others):
+            if self._reaches(users, node, others):
                 continue  # a reader of the parameter needs this node's result: it cannot run first
             self.inplace[(node.id, value.index)] = param.id
             after.setdefault(node.id, set()).update(others)
@@ -106,11 +107,10 @@ class Liveness(FunctionPass):
         return after
 
     @staticmethod
-    def _reaches(function: Function, node, targets: set[int]) -> bool:
-        """Whether any node in targets depends on node (directly or not)."""
+    def _reaches(users: dict, node, targets: set[int]) -> bool:
+        """Whether any node in targets depends on node (directly or not); users: Function.users()."""
         if not targets:
             return False
-        users = function.users()
         stack, seen = [node], set()
         while stack:
             n = stack.pop()
