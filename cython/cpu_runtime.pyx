@@ -215,3 +215,8 @@ cdef class NativeExecutable:
     @property
     def last_comm_seconds(self):
         return self.executor.last_comm_seconds()
+
+    def collective_progress(self):
+        """(collectives submitted, collectives completed) since this executable was built; safe to
+        read from another thread while a step runs (the stall watchdog does)."""
+        return self.executor.collectives_submitted(), self.executor.collectives_completed()

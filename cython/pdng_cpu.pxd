@@ -56,6 +56,8 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         int num_steps()
         double last_wait_seconds()
         double last_comm_seconds()
+        int64_t collectives_submitted()
+        int64_t collectives_completed()
         void set_profiling(bool)
         const vector[double]& step_seconds()
 

@@ -248,6 +248,7 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
           std::lock_guard<std::mutex> lock(mutex_);
           queue_.push_back(step.collective);
         }
+        submitted_.fetch_add(1, std::memory_order_relaxed);
         cv_.notify_all();
         ++started;
         break;
@@ -337,6 +338,7 @@ void Executor::comm_loop() {
       c.error = error;
       c.done = true;
     }
+    completed_.fetch_add(1, std::memory_order_relaxed);
     cv_.notify_all();
   }
 }

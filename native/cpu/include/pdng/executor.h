@@ -86,6 +86,10 @@ class Executor {
   // the hidden share of communication is 1 - wait / comm.
   double last_wait_seconds() const { return wait_seconds_; }
   double last_comm_seconds() const { return comm_seconds_; }
+  // Collectives handed to the communication thread, and finished by it, since construction. Read
+  // by the stall watchdog from another thread while a step runs (relaxed atomics: counts only).
+  int64_t collectives_submitted() const { return submitted_.load(std::memory_order_relaxed); }
+  int64_t collectives_completed() const { return completed_.load(std::memory_order_relaxed); }
   // Per-step wall time of the last run (seconds; Wait steps included), when profiling is on.
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<double>& step_seconds() const { return step_seconds_; }
@@ -150,6 +154,7 @@ class Executor {
   bool stopping_ = false;
   bool broken_ = false;  // a run failed with collectives in flight: refuse further runs
   double wait_seconds_ = 0, comm_seconds_ = 0;
+  std::atomic<int64_t> submitted_{0}, completed_{0};
   bool profiling_ = false;
   bool check_finite_ = false;
   void check_finite(const Collective& c) const;
