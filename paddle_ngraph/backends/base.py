@@ -43,6 +43,33 @@ class Executable:
         """Runs one step. ``transport`` serves the collective nodes (None: one process)."""
         raise NotImplementedError
 
+    def collective_progress(self) -> tuple[list[str], int, int]:
+        """For the stall watchdog, from another thread while ``call`` runs: (labels of the step's
+        collectives in submission order, how many were submitted, how many completed)."""
+        return [], 0, 0
+
+
+def collective_tensor_names(node, users) -> list[str]:
+    """Names of a collective's outputs for messages: 'param@GRAD' where an update reads it."""
+    from ..ir.ops.optimizer import OptimizerUpdate
+
+    names = [f"{node.name}:{k}" for k in range(len(node.output_types))]
+    for user in users.get(node.id, []):
+        if isinstance(user, OptimizerUpdate):
+            grad = user.inputs[user.grad_input]
+            if grad.node.id == node.id:
+                names[grad.index] = f"{user.inputs[user.param_input].node.name}@GRAD"
+    return names
+
+
+def collective_labels(function, collectives) -> list[str]:
+    """How the stall watchdog names each collective: its bucket and the gradients in it."""
+    from ..distributed.watchdog import bucket_label
+
+    users = function.users()
+    return [bucket_label(node.attrs.get("bucket") or node.name, collective_tensor_names(node, users))
+            for node in collectives]
+
 
 class Backend:
     name = "BASE"

@@ -145,7 +145,7 @@ class MpiTransport(Transport):
     def allgather_object(self, obj):
         return self.comm.allgather(obj)
 
-    def _abort(self):
+    def end_job(self):
         self.comm.Abort(1)
 
     def close(self):

@@ -86,9 +86,9 @@ class Transport:
         import sys
 
         print(f"[rank {self.rank}] paddle_ngraph: aborting the job: {message}", file=sys.stderr, flush=True)
-        self._abort()
+        self.end_job()
 
-    def _abort(self):
+    def end_job(self):
         import os
 
         # Without the transport's own abort, exiting without a clean shutdown makes the launcher

@@ -25,10 +25,11 @@ import heapq
 from dataclasses import dataclass, field
 
 from ..ir import Function
+from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
-COLLECTIVES = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"}
+COLLECTIVES = COLLECTIVE_OPS
 # Ops whose every output element depends only on the same element of their inputs (and scalars):
 # an output may share the buffer of an input of the same shape.
 ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"}

@@ -22,7 +22,7 @@ __all__ = ["transpile", "engines"]
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4, check_finite: bool = False):
+              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -32,6 +32,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
     ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
     ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
+    ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
+    every rank stops with a report of the missing ranks and what they have not submitted.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     """
     from ..distributed import initial_sync, resolve_transport
@@ -52,8 +54,13 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
              if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
     options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
     executable = get_backend(backend or default_backend(), **options).compile(function, inplace_results=state)
+    watchdog = None
+    if transport.size > 1:
+        from ..distributed.watchdog import watchdog_for
+
+        watchdog = watchdog_for(transport, timeout_s)
     engine = Engine(function, executable, fetch, transport=transport,
-                    on_first_run=initial_sync if transport.size > 1 else None)
+                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     input_names = [p.name for p in function.parameters]

@@ -27,8 +27,10 @@ def engines() -> list["Engine"]:
 
 
 class Engine:
-    def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None):
+    def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
+                 watchdog=None):
         self.id = next(_ids)
+        self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
         self.function = function
         self.executable = executable
         self.transport = transport
@@ -69,23 +71,36 @@ class Engine:
         except ExecutionError as e:
             problem = str(e)
         distributed = self.transport is not None and self.transport.size > 1
-        if distributed:
-            self._agree_on_inputs(problem)
-        elif problem:
-            raise ExecutionError(problem)
-        if self._on_first_run is not None:
-            # Start-up sync: its errors (ranks running different programs) are raised on every rank.
-            self._on_first_run(self, arrays)
-            self._on_first_run = None
         if not distributed:
+            if problem:
+                raise ExecutionError(problem)
+            if self._on_first_run is not None:
+                self._on_first_run(self, arrays)
+                self._on_first_run = None
             return self._step(arrays)
+        watchdog = self.watchdog
+        if watchdog:
+            watchdog.enter_step(self.id, self.steps)
         try:
-            return self._step(arrays)
-        except BaseException as e:
-            # Peers may already be inside a collective that this rank will never join:
-            # take the whole job down rather than leave them waiting.
-            self.transport.abort(f"step {self.steps}: {type(e).__name__}: {e}")
-            raise
+            self._agree_on_inputs(problem)
+            if self._on_first_run is not None:
+                # Start-up sync: its errors (ranks running different programs) are raised on every rank.
+                if watchdog:
+                    watchdog.set_phase("start-up sync")
+                self._on_first_run(self, arrays)
+                self._on_first_run = None
+            if watchdog:
+                watchdog.start_collectives(self.executable.collective_progress)
+            try:
+                return self._step(arrays)
+            except BaseException as e:
+                # Peers may already be inside a collective that this rank will never join:
+                # take the whole job down rather than leave them waiting.
+                self.transport.abort(f"step {self.steps}: {type(e).__name__}: {e}")
+                raise
+        finally:
+            if watchdog:
+                watchdog.leave_step()
 
     def _agree_on_inputs(self, problem: str | None):
         """All ranks learn whether any rank's feeds are bad, before any collective of the step, and

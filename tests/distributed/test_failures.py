@@ -101,3 +101,48 @@ def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
     lines = [line for line in out.splitlines() if "non-finite value" in line]
     assert lines, out[-3000:]
     assert all("step 3" in line and "@GRAD" in line and "after AllReduce of bucket" in line for line in lines), lines
+
+
+STALL_WORKER = os.path.join(HERE, "stall_worker.py")
+STALL_TIMEOUT_S = 5
+
+
+def _assert_stall_report(output: str, waiting_ranks: list[int], rank_state: str):
+    """Every waiting rank printed the watchdog's report naming rank 1 as missing."""
+    for rank in waiting_ranks:
+        match = re.search(rf"\[rank {rank}\] paddle_ngraph: aborting the job: stall: .*", output)
+        assert match, output[-4000:]
+        line = match.group(0)
+        assert f"timeout_s {STALL_TIMEOUT_S}" in line and "in step 3" in line, line
+        assert re.search(rf"missing: rank 1 \({rank_state}", line), line
+        assert "not submitted: the input check of step 3" in line, line
+    assert "finished without noticing" not in output
+
+
+@pytest.mark.parametrize("backend,nranks", [("CPU", 2), ("INTERPRETER", 3)])
+def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
+    """Rank 1 is SIGSTOPped (alive to the launcher, absent from the collectives): the others stop
+    after timeout_s with the report, and the job ends without orphans."""
+    start = time.monotonic()
+    proc = mpirun(nranks, STALL_WORKER, "freeze", backend, STALL_TIMEOUT_S, timeout=120)
+    assert time.monotonic() - start < 60
+    assert proc.returncode != 0
+    _assert_stall_report(proc.stdout + proc.stderr, [r for r in range(nranks) if r != 1], "silent for")
+    assert not _worker_pids(STALL_WORKER)
+
+
+def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
+    proc = mpirun(2, STALL_WORKER, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120)
+    assert proc.returncode != 0
+    _assert_stall_report(proc.stdout + proc.stderr, [0], r"alive; between steps, last in step 2")
+    assert not _worker_pids(STALL_WORKER)
+
+
+@pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+def test_a_frozen_rank_stops_every_rank_naming_it_under_paddle_launch():
+    start = time.monotonic()
+    code, logs = launch(2, STALL_WORKER, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120)
+    assert time.monotonic() - start < 60
+    assert code != 0
+    _assert_stall_report(logs, [0], "silent for")
+    assert not _worker_pids(STALL_WORKER)

@@ -112,7 +112,7 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 # --- precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > PADDLE_NGRAPH_CONFIG file > defaults ---------
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
-                                      "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 300,
+                                      "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 60,
                                       "log_level": "WARNING"}
 
 

@@ -19,13 +19,12 @@ import numpy as np
 
 from ...errors import ExecutionError
 from ...ir import Function, clone_function
-from ...ir.ops.optimizer import OptimizerUpdate
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
 from ...passes.fuse_matmul_bias import FuseMatMulBias
 from ...passes.liveness import COLLECTIVES, IN_PLACE_COLLECTIVES, Liveness
 from ...passes.memory_plan import MemoryPlan
-from ..base import Backend, Executable, register_backend
+from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
 from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
 
 _MAX_SPECIALIZATIONS = 8
@@ -67,6 +66,8 @@ class Specialization:
         self.transport = transport
         self.collectives = []
         self.native = self._build(threads)
+        self.labels = collective_labels(function, self.collectives)
+        self.progress_base = (0, 0)  # the native counters at the start of the running step
 
     def _build(self, threads: int):
         cpu = _native()
@@ -110,7 +111,7 @@ class Specialization:
                 region = root_buffer[("region", node.id)] if node.op_type in IN_PLACE_COLLECTIVES else -1
                 collective_index[node.id] = native.add_collective_start(
                     node, len(self.collectives), [buffer_of(i) for i in node.inputs],
-                    [buffer_of(o) for o in node.outputs], region, self._tensor_names(node, users))
+                    [buffer_of(o) for o in node.outputs], region, collective_tensor_names(node, users))
                 self.collectives.append(node)
             else:
                 native.add_collective_wait(collective_index[node.id])
@@ -124,17 +125,6 @@ class Specialization:
             native.use_fallback(self._run_collective)
             self._use_native_communicator(native)
         return native
-
-    @staticmethod
-    def _tensor_names(node, users) -> list[str]:
-        """Names of a collective's outputs for messages: 'param@GRAD' where an update reads it."""
-        names = [f"{node.name}:{k}" for k in range(len(node.output_types))]
-        for user in users.get(node.id, []):
-            if isinstance(user, OptimizerUpdate):
-                grad = user.inputs[user.grad_input]
-                if grad.node.id == node.id:
-                    names[grad.index] = f"{user.inputs[user.param_input].node.name}@GRAD"
-        return names
 
     def _use_native_communicator(self, native):
         """AllReduce from C++ on the communication thread where the transport allows: MPI directly,
@@ -193,11 +183,20 @@ class CPUExecutable(Executable):
                                      f"{[d if d >= 0 else None for d in expected.shape]}")
             arrays.append(np.require(array, requirements="C"))  # (ascontiguousarray makes 0-d 1-d)
         specialization = self._specialization(arrays, transport)
+        specialization.progress_base = specialization.native.collective_progress()
         self.last = specialization
         outputs = specialization.native.run(arrays)
         for position, index in specialization.result_is_input.items():
             outputs[position] = arrays[index]
         return outputs
+
+    def collective_progress(self):
+        specialization = self.last
+        if specialization is None:
+            return [], 0, 0
+        submitted, completed = specialization.native.collective_progress()
+        base_submitted, base_completed = specialization.progress_base
+        return specialization.labels, submitted - base_submitted, completed - base_completed
 
     def comm_stats(self) -> tuple[float, float]:
         """(seconds blocked waiting for collectives, seconds collectives ran) in the last call."""

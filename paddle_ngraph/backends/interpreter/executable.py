@@ -9,8 +9,9 @@ import numpy as np
 
 from ...errors import ExecutionError, NgraphError
 from ...ir import Function
+from ...ir.ops.collective import COLLECTIVE_OPS
 from ...ir.ops.core import Parameter
-from ..base import Backend, Executable, register_backend
+from ..base import Backend, Executable, collective_labels, register_backend
 from .kernels import KERNELS
 
 
@@ -22,6 +23,10 @@ class InterpreterExecutable(Executable):
         if missing:
             raise ExecutionError(f"INTERPRETER has no kernel for op type(s): {', '.join(missing)}")
         self.param_index = {p.id: i for i, p in enumerate(function.parameters)}
+        collectives = [n for n in self.nodes if n.op_type in COLLECTIVE_OPS]
+        self.collective_ids = {n.id for n in collectives}
+        self.labels = collective_labels(function, collectives)
+        self.submitted = self.completed = 0  # of the running call, for the stall watchdog
         # Last position at which each node's outputs are read; results are kept to the end.
         last_use: dict[int, int] = {}
         for pos, node in enumerate(self.nodes):
@@ -34,6 +39,9 @@ class InterpreterExecutable(Executable):
             if pos < len(self.nodes):
                 self.free_after[pos].append(node_id)
 
+    def collective_progress(self):
+        return self.labels, self.submitted, self.completed
+
     def call(self, inputs, transport=None):
         params = self.function.parameters
         if len(inputs) != len(params):
@@ -41,10 +49,14 @@ class InterpreterExecutable(Executable):
         values: dict[int, list] = {}
         for p, value in zip(params, inputs):
             values[p.id] = [value]
+        self.submitted = self.completed = 0
         for pos, node in enumerate(self.nodes):
             args = [values[i.node.id][i.index] for i in node.inputs]
+            collective = node.id in self.collective_ids
+            self.submitted += collective
             try:
                 outs = KERNELS[node.op_type](node, args, transport)
+                self.completed += collective
             except NgraphError as e:
                 if node.name in str(e):
                     raise

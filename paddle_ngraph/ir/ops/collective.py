@@ -9,9 +9,11 @@ from __future__ import annotations
 from ..node import Node, register_op
 from ..types import DType, TensorType
 
-__all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS"]
+__all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COLLECTIVE_OPS"]
 
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+# Every op type of this module: the ops that communicate.
+COLLECTIVE_OPS = frozenset(__all__[:6])
 
 
 class Collective(Node):
