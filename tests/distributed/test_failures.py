@@ -48,6 +48,12 @@ def _worker_pids(marker: str) -> list[int]:
             and "prterun" not in line and " ps " not in line]
 
 
+def _rank_of(pid: int) -> int:
+    environ = dict(item.split("=", 1) for item in
+                   open(f"/proc/{pid}/environ").read().split("\0") if "=" in item)
+    return int(environ.get("OMPI_COMM_WORLD_RANK", environ.get("PADDLE_TRAINER_ID", -1)))
+
+
 @pytest.mark.parametrize("launcher", ["mpirun", "paddle"])
 def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
     """SIGKILL one rank mid-training: every process of the job is gone within 60 s."""
@@ -76,12 +82,18 @@ def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
         time.sleep(8)  # let training start
         victims = _worker_pids(f"--steps {steps}")
         assert len(victims) == 2, (victims, open(tmp_path / "job.log").read()[-3000:])
+        victim_rank = _rank_of(victims[-1])
         os.kill(victims[-1], signal.SIGKILL)
         killed_at = time.monotonic()
         while _worker_pids(f"--steps {steps}") and time.monotonic() - killed_at < 60:
             time.sleep(0.5)
         assert not _worker_pids(f"--steps {steps}"), "ranks left running 60 s after one was killed"
         assert job.wait(timeout=30) != 0
+        # The launcher names the rank that disappeared and how.
+        log_text = open(tmp_path / "job.log").read()
+        named = (rf"process rank {victim_rank} with PID \d+ on node \S+ exited on\s+signal 9"
+                 if launcher == "mpirun" else rf"Container rank {victim_rank} status failed .* code -9")
+        assert re.search(named, log_text), log_text[-3000:]
     finally:
         if job.poll() is None:
             job.kill()
