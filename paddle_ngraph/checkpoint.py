@@ -14,7 +14,9 @@ checkpoint (or no ``latest`` at all); a half-written one is a ``*.tmp-*`` direct
 the next save removes.
 
 Every rank holds the same parameters after each step (the ranks apply the same averaged
-gradients), so rank 0 alone writes; the other ranks return at once. Resuming needs nothing
+gradients), so rank 0 alone writes; the other ranks return at once. With ZeRO-1
+(``zero_stage: 1``) each rank holds a slice of the optimizer state: every rank must call
+``save_checkpoint``, which gathers the full state into the scope first (a collective). Resuming needs nothing
 of the ranks but ``load_checkpoint``, before or after ``transpile``: the engine updates
 the variables of the scope in place, where ``paddle.static.load`` puts them.
 """
@@ -56,8 +58,28 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
     """
     import paddle
 
-    if (rank if rank is not None else _rank()) != 0:
-        return None
+    sharded = _sharded_engines()
+    for engine in sharded:  # ZeRO-1: every rank takes part in gathering the full optimizer state
+        engine.sharded.push_full(engine.transport)
+    try:
+        if (rank if rank is not None else _rank()) != 0:
+            return None
+        return _write(program, root, step)
+    finally:
+        for engine in sharded:
+            engine.sharded.release()
+
+
+def _sharded_engines():
+    """The engines of this process that hold only a slice of their optimizer state, and have run."""
+    from .transpiler import engines
+
+    return [e for e in engines() if e.sharded is not None and not e.sharded.stale]
+
+
+def _write(program, root: str, step: int) -> str:
+    import paddle
+
     os.makedirs(root, exist_ok=True)
     name = f"step-{int(step):06d}"
     final = os.path.join(root, name)
@@ -108,8 +130,16 @@ def load_checkpoint(program, root: str) -> int | None:
     path = latest_checkpoint(root)
     if path is None:
         return None
+    from .transpiler import engines
+
+    for engine in engines():
+        if engine.sharded is not None:
+            engine.sharded.allocate_full()
     try:
         paddle.static.load(program, os.path.join(path, MODEL))
     except Exception as e:  # Paddle raises several types for missing or corrupt files
         raise CheckpointError(f"checkpoint {path}: {type(e).__name__}: {e}") from e
+    for engine in engines():
+        if engine.sharded is not None:
+            engine.sharded.stale = True  # ZeRO-1: re-cut the slices from the loaded state
     return int(_NAME.match(os.path.basename(path)).group(1))

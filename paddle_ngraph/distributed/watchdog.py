@@ -26,6 +26,7 @@ non-zero, which both launchers turn into the end of every rank).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import threading
@@ -127,8 +128,10 @@ class Watchdog:
         self._stopped = threading.Event()
         self.channel.set(self._key(self.rank), self._position.to_json(time.time()))
         self.channel.add(self._started_key(self.rank), 1)
-        for target, name in ((self._watch, "pdng-watchdog"), (self._publish, "pdng-watchdog-publisher")):
-            threading.Thread(target=target, name=name, daemon=True).start()
+        self._threads = [threading.Thread(target=target, name=name, daemon=True)
+                         for target, name in ((self._watch, "pdng-watchdog"), (self._publish, "pdng-watchdog-publisher"))]
+        for thread in self._threads:
+            thread.start()
 
     # --- called by the engine ------------------------------------------------------------------
     def enter_step(self, engine_id: int, step: int):
@@ -152,7 +155,12 @@ class Watchdog:
             self._probe = None
 
     def stop(self):
+        """Ends the threads. At exit they must not be inside a store call: a daemon thread that
+        is still in C++ when the interpreter finalizes can abort the process."""
         self._stopped.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(STORE_BUDGET_S + self.interval)
 
     # --- the threads -------------------------------------------------------------------------------
     def _sample(self) -> Position:
@@ -254,6 +262,12 @@ class Watchdog:
 
 
 _WATCHDOGS: dict[int, Watchdog] = {}
+
+
+@atexit.register
+def _stop_all():
+    for watchdog in _WATCHDOGS.values():
+        watchdog.stop()
 
 
 def watchdog_for(transport, timeout_s: float) -> Watchdog:

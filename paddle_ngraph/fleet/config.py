@@ -55,6 +55,7 @@ SCHEMA: dict[str, Option] = {
     "reduction": Option("str", choices=REDUCTIONS, case="lower"),
     "threads": Option("int", minimum=0),
     "check_finite": Option("bool"),
+    "zero_stage": Option("int", choices=(0, 1)),
     "timeout_s": Option("number", minimum=0, exclusive_minimum=True),
     "log_level": Option("str", choices=LOG_LEVELS, case="upper"),
 }
@@ -89,7 +90,7 @@ def validate_value(key: str, value, source: str):
     if option.choices is not None:
         choices = tuple(option.choices() if callable(option.choices) else option.choices)
         if value not in choices:
-            raise ConfigError(f"{source}: unknown {key} {value!r}; valid: {', '.join(choices)}")
+            raise ConfigError(f"{source}: unknown {key} {value!r}; valid: {', '.join(map(str, choices))}")
     if option.minimum is not None:
         bad = value <= option.minimum if option.exclusive_minimum else value < option.minimum
         if bad:

@@ -55,7 +55,9 @@ def check_strategy(strategy) -> None:
     if found:
         raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}: paddle_ngraph runs plain "
                           "synchronous data parallelism (gradients averaged by AllReduce, then the optimizer); "
-                          "turn these off, or turn strategy.ngraph off")
+                          "turn these off, or turn strategy.ngraph off"
+                          + ("; for a sharded optimizer state use strategy.ngraph_configs = {'zero_stage': 1}"
+                             if any("sharding" in f for f in found) else ""))
 
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
@@ -124,9 +126,9 @@ class NgraphOptimizer(MetaOptimizerBase):
         transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
                   bucket_mb=config["bucket_mb"], min_buckets=config["min_buckets"], reduction=config["reduction"],
                   threads=config["threads"], check_finite=config["check_finite"],
-                  timeout_s=config["timeout_s"])
-        log.info("rank %d/%d: program transpiled for the %s backend over the %s transport", self.transport.rank,
-                 self.transport.size, config["backend"], self.transport.name)
+                  timeout_s=config["timeout_s"], zero_stage=config["zero_stage"])
+        log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d",
+                 self.transport.rank, self.transport.size, config["backend"], self.transport.name, config["zero_stage"])
         return optimize_ops, params_grads
 
 

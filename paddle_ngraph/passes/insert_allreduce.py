@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..ir import Function
 from ..ir.ops import AllReduce
+from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.ops.optimizer import OptimizerUpdate
 from .base import FunctionPass
 
@@ -41,7 +42,7 @@ class InsertAllReduce(FunctionPass):
             return False
         updates = [n for n in function.ordered_nodes() if isinstance(n, OptimizerUpdate)
                    and n.inputs[n.param_input].node.name not in self.skip_params
-                   and n.inputs[n.grad_input].node.op_type != "AllReduce"]
+                   and n.inputs[n.grad_input].node.op_type not in COLLECTIVE_OPS]  # reduced already (ZeRO-1)
         if not updates:
             return False
         # Ready order: the gradient producer's creation order, then the parameter name for ties.

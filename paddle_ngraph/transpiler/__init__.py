@@ -12,17 +12,20 @@ from __future__ import annotations
 from .. import _bridge
 from ..backends import default_backend, get_backend
 from ..frontend import STATE_PREFIX, decode
+from ..errors import ConfigError
 from ..passes import InsertAllReduce, PassManager
+from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op
 from .engine import Engine, engines
 from .rewrite import plan, rewrite_legacy, rewrite_pir
+from .sharded_state import ShardedState
 
 __all__ = ["transpile", "engines"]
 
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60):
+              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -34,6 +37,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
     ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
     every rank stops with a report of the missing ranks and what they have not submitted.
+    ``zero_stage``: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the
+    gradient buckets, each rank updates its slice, allgather of the parameters); 0 replicates it.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     """
     from ..distributed import initial_sync, resolve_transport
@@ -43,12 +48,22 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     session, anchors, fetch = plan(view, fetch_list)
     function = session.function(fetch, name="ngraph_engine")
     transport = resolve_transport(transport, nranks)
-    passes = []
+    if zero_stage not in (0, 1):
+        raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
+    passes, sharding = [], None
     if transport.size > 1:
         skip = {n for n, v in view.vars.items() if v.is_distributed}
-        passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
-                                      reduction=reduction, skip_params=skip, min_buckets=min_buckets))
+        buckets = dict(bucket_bytes=int(bucket_mb * (1 << 20)), reduction=reduction, skip_params=skip,
+                       min_buckets=min_buckets)
+        if zero_stage == 1:
+            sharding = ShardOptimizer(transport.size, **buckets)
+            passes.append(sharding)
+        passes.append(InsertAllReduce(transport.size, **buckets))
     PassManager(passes).run(function)
+    sharded = None
+    if sharding is not None and sharding.buckets:
+        slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
+        sharded = ShardedState(sharding.buckets, slices, transport.rank, transport.size)
     names = {p.name for p in function.parameters}
     state = {r: r[len(STATE_PREFIX):] for r in function.results
              if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
@@ -60,10 +75,10 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
 
         watchdog = watchdog_for(transport, timeout_s)
     engine = Engine(function, executable, fetch, transport=transport,
-                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog)
+                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
-    input_names = [p.name for p in function.parameters]
+    input_names = [p.name for p in function.parameters[:engine.num_inputs]]
     if view.ir == "pir":
         rewrite_pir(view, anchors, engine, input_names, fetch)
     else:

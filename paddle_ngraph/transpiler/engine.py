@@ -28,9 +28,13 @@ def engines() -> list["Engine"]:
 
 class Engine:
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
-                 watchdog=None):
+                 watchdog=None, sharded=None):
         self.id = next(_ids)
         self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
+        # ZeRO-1 (sharded_state.py): this rank's slices of parameters and optimizer state, the
+        # function's last parameters; Paddle's operator passes the ones before them.
+        self.sharded = sharded
+        self.num_inputs = len(function.parameters) - (len(sharded.arrays) if sharded else 0)
         self.function = function
         self.executable = executable
         self.transport = transport
@@ -63,8 +67,8 @@ class Engine:
                                      f"{[d if d >= 0 else None for d in expected.shape]}")
 
     def run(self, arrays, dtype_codes):
-        if len(arrays) != len(self.function.parameters):
-            raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {len(self.function.parameters)}")
+        if len(arrays) != self.num_inputs:
+            raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {self.num_inputs}")
         problem = None
         try:
             self.check_inputs(arrays, dtype_codes)
@@ -114,6 +118,10 @@ class Engine:
         raise ExecutionError(f"step {self.steps}: feeds rejected on rank(s) {bad}, so every rank stops: {details}")
 
     def _step(self, arrays):
+        if self.sharded is not None:
+            if self.sharded.stale:
+                self.sharded.pull({p.name: a for p, a in zip(self.function.parameters, arrays)})
+            arrays = list(arrays) + self.sharded.arrays
         outputs = self.executable.call(arrays, self.transport)
         stats = getattr(self.executable, "comm_stats", None)
         if stats is not None:

@@ -105,6 +105,14 @@ def test_example_under_mpirun_equals_one_process_on_the_concatenated_batch(tmp_p
     check(proc.stdout, tmp_path, legacy=ir == "legacy")
 
 
+def test_example_with_zero_stage_1_from_the_environment_equals_one_process(tmp_path):
+    env = {"PADDLE_NGRAPH_ZERO_STAGE": "1", "PADDLE_NGRAPH_LOG_LEVEL": "INFO"}
+    proc = mpirun(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert len(re.findall(r"zero_stage 1", proc.stdout + proc.stderr)) == NRANKS, proc.stderr[-3000:]
+    check(proc.stdout, tmp_path, legacy=False)
+
+
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_example_under_paddle_launch_equals_one_process_on_the_concatenated_batch(tmp_path):
     code, logs = launch(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path)

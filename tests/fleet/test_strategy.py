@@ -18,7 +18,7 @@ import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: ei
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, log_level, min_buckets, reduction, threads, timeout_s, "
-              "transport")
+              "transport, zero_stage")
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +57,8 @@ def test_configs_are_validated_normalized_and_merged():
     ({"threads": 1.5}, "'threads' must be an integer"),
     ({"threads": True}, "'threads' must be an integer, got bool"),
     ({"timeout_s": 0}, "'timeout_s' must be > 0"),
+    ({"zero_stage": 2}, "unknown zero_stage 2; valid: 0, 1"),
+    ({"zero_stage": "1"}, "'zero_stage' must be an integer, got str '1'"),
     ({"backend": "GPU"}, "unknown backend 'GPU'; valid: CPU, INTERPRETER"),
     ({"transport": "tcp"}, "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
     ({"reduction": "max"}, "unknown reduction 'max'; valid: avg, sum"),
@@ -113,7 +115,7 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 60,
-                                      "log_level": "WARNING"}
+                                      "log_level": "WARNING", "zero_stage": 0}
 
 
 def test_precedence(tmp_path, monkeypatch):

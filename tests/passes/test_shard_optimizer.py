@@ -1,0 +1,82 @@
+"""The ZeRO-1 pass: reduce-scatter, one fused update per bucket on a slice, allgather."""
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ngraph
+from paddle_ngraph.frontend import STATE_PREFIX
+from paddle_ngraph.passes import InsertAllReduce, PassManager
+from paddle_ngraph.passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
+from paddle_ngraph.zoo.models import build_program
+
+paddle.enable_static()
+
+
+def sharded(optimizer="adam", nranks=3, bucket_mb=0.5):
+    main, _, _, _ = build_program("mnist_mlp", optimizer)
+    function = paddle_ngraph.convert(main)
+    before = {p.name: p.output_types[0] for p in function.parameters}
+    trained = sorted(p.name for p in function.parameters if p.attrs["role"] == "parameter")
+    shard = ShardOptimizer(nranks, bucket_bytes=int(bucket_mb * (1 << 20)))
+    PassManager([shard, InsertAllReduce(nranks)]).run(function)
+    return function, shard, before, trained
+
+
+def op_types(function):
+    return [n.op_type for n in function.ordered_nodes()]
+
+
+@pytest.mark.parametrize("optimizer,sliced_state", [("sgd", 0), ("momentum", 1), ("adam", 2)])
+def test_each_bucket_is_reduce_scattered_updated_on_a_slice_and_gathered(optimizer, sliced_state):
+    function, shard, before, trained = sharded(optimizer)
+    types = op_types(function)
+    buckets = shard.buckets
+    assert len(buckets) >= 2
+    assert types.count("ReduceScatter") == types.count("AllGather") == len(buckets)
+    assert "AllReduce" not in types  # no gradient is reduced twice
+    params = [n for b in buckets for n in b.params]
+    assert sorted(params) == trained and len(trained) == 4
+    for b in buckets:
+        total = sum(b.sizes)
+        assert b.shard_size == -(-total // 3)  # padded to a multiple of the rank count
+        assert len(b.slices) == 1 + sliced_state  # the parameters' slice, then each sliced state
+        for name in b.slices:
+            slice_type = function.parameter(name).output_types[0]
+            assert tuple(slice_type.shape) == (b.shard_size,)
+            assert STATE_PREFIX + name in function.results  # updated in place every step
+    # The full moments and velocities left the function (the engine frees them); beta powers stay.
+    names = {p.name for p in function.parameters}
+    removed = set(before) - names
+    assert len(removed) == sliced_state * len(params)
+    assert not any(STATE_PREFIX + n in function.results for n in removed)
+    if optimizer == "adam":
+        pows = [n for n in names if "beta1_pow" in n]
+        assert len(pows) == len(params) and all(STATE_PREFIX + n in function.results for n in pows)
+    # Every parameter is written back whole, from the gathered slices.
+    for n in params:
+        result = function.results[STATE_PREFIX + n]
+        assert tuple(result.type.shape) == tuple(before[n].shape)
+    assert [p.name for p in function.parameters][-len(shard.buckets) * (1 + sliced_state):] == \
+        [n for b in buckets for n in b.slices]  # the slices come last: the engine appends them
+
+
+def test_one_rank_changes_nothing():
+    main, _, _, _ = build_program("mnist_mlp", "adam")
+    function = paddle_ngraph.convert(main)
+    assert not ShardOptimizer(1).run(function)
+
+
+def test_lamb_is_not_sliced_and_keeps_its_allreduce():
+    """Lamb's trust ratio needs whole-parameter norms: its parameters stay on AllReduce."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 8], "float32")
+        loss = paddle.mean(paddle.nn.Linear(8, 4)(x))
+        paddle.optimizer.Lamb(0.01).minimize(loss)
+    function = paddle_ngraph.convert(main)
+    shard = ShardOptimizer(2)
+    PassManager([shard, InsertAllReduce(2)]).run(function)
+    types = op_types(function)
+    assert not shard.buckets and "ReduceScatter" not in types and "AllReduce" in types
+    assert not any(p.name.startswith(SHARD_PREFIX) for p in function.parameters)
+
