@@ -70,7 +70,7 @@ def worker(args) -> dict:
             from paddle_ngraph.transpiler import engines
 
             backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
-            paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb)
+            paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage)
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
@@ -91,7 +91,24 @@ def worker(args) -> dict:
                 repeat["hidden_share"] = max(0.0, 1.0 - engine.wait_seconds / engine.comm_seconds)
                 repeat["comm_ms_per_step"] = 1e3 * engine.comm_seconds / args.steps
             repeats.append(repeat)
-    return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb()}
+        state_mb = optimizer_state_bytes(scope, engine) / 2**20
+    return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb(), "optimizer_state_mb": state_mb}
+
+
+def optimizer_state_bytes(scope, engine) -> int:
+    """Bytes of optimizer state (moments, velocities) this rank holds: in the scope, and in the
+    engine's ZeRO-1 slices (not counting the slices of the parameters themselves)."""
+    import numpy as np
+
+    total = 0
+    for name in scope.local_var_names():
+        if "moment" in name or "velocity" in name:
+            tensor = scope.find_var(name).get_tensor()
+            total += np.array(tensor).nbytes if tensor._is_initialized() else 0
+    sharded = getattr(engine, "sharded", None)
+    if sharded is not None:
+        total += sum(a.nbytes for n, a in zip(sharded.names, sharded.arrays) if n != sharded.sources[n].master)
+    return total
 
 
 def peer_feeds(args, rank):
@@ -239,7 +256,7 @@ def run_once(system, model, ranks, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
-                       "--bucket-mb", str(args.bucket_mb), "--result-dir", tmp]
+                       "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--result-dir", tmp]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
         env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
@@ -266,6 +283,8 @@ def summarize(results: list[dict], ranks: int, batch: int) -> dict:
     ms = float(np.median(per_repeat))
     out = {"status": "ok", "ms_per_step": ms, "ms_spread": [float(min(per_repeat)), float(max(per_repeat))],
            "samples_per_s": ranks * batch * 1e3 / ms, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    if "optimizer_state_mb" in results[0]:
+        out["optimizer_state_mb"] = max(r["optimizer_state_mb"] for r in results)
     hidden = [rep["hidden_share"] for r in results for rep in r["repeats"] if "hidden_share" in rep]
     if hidden:
         out["hidden_share"] = float(np.median(hidden))
@@ -347,6 +366,8 @@ def print_table(report: dict):
         note = f"FLOP bound {r['flop_bound_ms']:.2f} ms" if "flop_bound_ms" in r else ""
         if "earlier_failure" in r:
             note += " (second try; the first failed)"
+        if r.get("optimizer_state_mb"):
+            note += f" optimizer state {r['optimizer_state_mb']:.2f} MB/rank"
         print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
               f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
 
@@ -457,6 +478,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"])
     parser.add_argument("--bucket-mb", type=float, default=32.0, help="gradient fusion bucket of paddle_ngraph")
+    parser.add_argument("--zero-stage", type=int, default=0, choices=[0, 1],
+                        help="paddle_ngraph's zero_stage: 1 shards the optimizer state (ZeRO-1)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
     parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")

@@ -133,6 +133,23 @@ class MpiTransport(Transport):
         self.comm.Allgather(array.view(np.uint8), out.view(np.uint8))
         return out
 
+    def reduce_scatter(self, array, reduction="sum"):
+        """MPI_Reduce_scatter_block: half an allreduce's traffic (ZeRO-1 sends the other half as
+        the allgather of the updated parameters)."""
+        self.check_reduction(reduction)
+        array = np.ascontiguousarray(array)
+        if array.shape[0] % self.size or array.dtype.kind not in "fiu" or array.dtype == np.float16:
+            return super().reduce_scatter(array, reduction)
+        out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
+        base = "sum" if reduction == "avg" else reduction
+        try:
+            self.comm.Reduce_scatter_block([array, self._mpi_type(array.dtype, False)],
+                                           [out, self._mpi_type(array.dtype, False)], op=self._op(base, array.dtype, False))
+        except self.MPI.Exception as e:
+            raise TransportError(f"rank {self.rank}: MPI_Reduce_scatter_block ({array.dtype}, {array.size} elements) "
+                                 f"failed: {e.Get_error_string()}") from None
+        return _average(out, self.size, False) if reduction == "avg" else out
+
     def send(self, array, peer, tag=0):
         self.comm.Send(np.ascontiguousarray(array).view(np.uint8), dest=peer, tag=tag)
 

@@ -68,6 +68,14 @@ def main():
     chunk = t.reduce_scatter(np.arange(4 * t.size, dtype=np.float32), "sum")
     if not np.array_equal(chunk, t.size * np.arange(4 * t.rank, 4 * t.rank + 4, dtype=np.float32)):
         failures.append("reduce_scatter")
+    # avg: the matching slice of an allreduce avg; the same bits on 2 ranks (a + b is a + b), within
+    # rounding beyond (oneCCL sums 3 ranks in another order in its reduce-scatter than its allreduce).
+    local = np.random.default_rng(t.rank).standard_normal((3 * t.size, 2)).astype(np.float32)
+    mine = t.reduce_scatter(local, "avg")
+    slice_of_all = t.allreduce(local, "avg")[3 * t.rank:3 * t.rank + 3]
+    if mine.shape != (3, 2) or not (np.array_equal(mine, slice_of_all) if t.size <= 2 else
+                                    np.allclose(mine, slice_of_all, rtol=1e-6, atol=1e-7)):
+        failures.append("reduce_scatter avg")
     if t.size > 1:
         if t.rank == 0:
             t.send(np.arange(5, dtype=np.int32), peer=1, tag=3)
