@@ -23,6 +23,8 @@ import sys
 import warnings
 from collections import Counter, defaultdict
 
+import numpy as np
+
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 PROG = "paddle-ngraph-dump"
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nranks", type=int, default=1, help="data-parallel ranks; > 1 inserts AllReduce (default: 1)")
     p.add_argument("--bucket-mb", type=float, default=32.0,
                    help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient (default: 32)")
+    p.add_argument("--zero-stage", type=int, choices=(0, 1), default=0,
+                   help="1: shard the optimizer state (ZeRO-1: ReduceScatter, update of a slice, AllGather) (default: 0)")
     p.add_argument("--bandwidth", type=float, default=10.0,
                    help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
     p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
@@ -390,7 +394,25 @@ def report(label, view, function, produced, args, allreduce_pass) -> str:
     out.append("Feeds: " + (", ".join(f"{p.name} {p.output_types[0]}" for p in groups["feed"]) or "none"))
 
     out += [""] + distributed_lines(function, nodes, args, allreduce_pass)
+    if getattr(args, "sharding", None) is not None and args.nranks > 1:
+        out += sharded_lines(args.sharding, args.nranks)
     return "\n".join(out)
+
+
+def sharded_lines(sharding, n: int) -> list[str]:
+    """ZeRO-1: per bucket, the slice each rank updates, and the optimizer state per rank."""
+    lines = [f"ZeRO-1: {len(sharding.buckets)} bucket(s) reduce-scattered, updated by slices, allgathered"]
+    full = held = 0
+    for b in sharding.buckets:
+        width = np.dtype(b.dtype).itemsize
+        states = len(b.slices) - 1  # the slices of optimizer state (the first is of the parameters)
+        full += states * sum(b.sizes) * width
+        held += states * b.shard_size * width
+        lines.append(f"  {b.name}: {len(b.params)} parameter(s), {sum(b.sizes):,} elements, {b.shard_size:,} per rank "
+                     f"(padded to {b.shard_size * n:,}), {states} optimizer state tensor(s) sliced")
+    lines.append(f"  optimizer state per rank: {held:,} bytes ({_human_bytes(held)}) instead of {full:,} "
+                 f"({_human_bytes(full)})")
+    return lines
 
 
 def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
@@ -402,7 +424,8 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
     lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
              f"reduction={allreduce_pass.reduction}) inserted {len(reduces)} AllReduce node(s)"]
     if not reduces:
-        lines.append("  no optimizer update consumes a gradient: nothing to reduce")
+        lines.append("  every gradient is reduce-scattered instead (ZeRO-1, below)" if getattr(args, "sharding", None)
+                     else "  no optimizer update consumes a gradient: nothing to reduce")
         return lines
     position = {x.id: i for i, x in enumerate(nodes)}
     users = function.users()
@@ -489,8 +512,14 @@ def run(args) -> int:
         raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
 
     allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
+    passes = [allreduce]
+    if args.zero_stage == 1:
+        from ..passes.shard_optimizer import ShardOptimizer
+
+        args.sharding = ShardOptimizer(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
+        passes.insert(0, args.sharding)
     try:
-        PassManager([allreduce], dump_dir=args.passes).run(function)
+        PassManager(passes, dump_dir=args.passes).run(function)
     except OSError as e:
         where = e.filename or args.passes or os.environ.get("PADDLE_NGRAPH_DUMP_PASSES", "")
         raise ToolError(f"{where}: cannot dump passes: {e.strerror or _first_line(e)}") from None

@@ -281,3 +281,16 @@ def test_script_help():
     assert proc.returncode == 0, proc.stderr
     assert "usage: paddle-ngraph-dump" in proc.stdout
     assert "examples:" in proc.stdout and "exit codes:" in proc.stdout and "--nranks" in proc.stdout
+
+
+def test_zero_stage_1_shows_reduce_scatter_slices_and_state_per_rank(capsys, tmp_path):
+    main, *_ = build_program("mnist_mlp", "adam")
+    paddle.base.core.serialize_pir_program(main, str(tmp_path / "adam.json"), 1, True, False, True)
+    rc, out, _ = run_tool(capsys, tmp_path / "adam.json", "--nranks", "4", "--zero-stage", "1", "--report")
+    assert rc == 0, out
+    assert "inserted 0 AllReduce node(s)" in out and "reduce-scattered instead (ZeRO-1, below)" in out
+    assert "ZeRO-1: 1 bucket(s) reduce-scattered" in out
+    elements = GRAD_BYTES // 4
+    assert f"{elements:,} elements, {-(-elements // 4):,} per rank" in out
+    full = 2 * GRAD_BYTES  # Adam: two moments per parameter
+    assert f"instead of {full:,}" in out and f"optimizer state per rank: {2 * 4 * -(-elements // 4):,} bytes" in out
