@@ -130,9 +130,16 @@ class Slice(Node):
     def infer(self):
         src = self.input_type(0)
         shape = list(src.shape)
-        for axis, start, end in zip(self.attrs["axes"], self.attrs["starts"], self.attrs["ends"]):
+        axes, starts, ends = self.attrs["axes"], self.attrs["starts"], self.attrs["ends"]
+        self.check(len(axes) == len(starts) == len(ends),
+                   f"axes, starts and ends differ in length ({len(axes)}, {len(starts)}, {len(ends)})")
+        seen = set()
+        for axis, start, end in zip(axes, starts, ends):
             axis = normalize_axis(axis, src.rank)
             self.check(0 <= axis < src.rank, f"axis {axis} out of range for {src}")
+            # Slicing an axis twice has no one meaning (the kernels would apply only the last).
+            self.check(axis not in seen, f"axis {axis} is sliced twice (axes {list(axes)})")
+            seen.add(axis)
             if shape[axis] >= 0:
                 shape[axis] = len(range(*slice(start, end).indices(shape[axis])))
         return [TensorType(src.dtype, shape)]
