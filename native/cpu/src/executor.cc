@@ -356,6 +356,18 @@ void Executor::run_collective(Collective& c) {
       return;
     }
   }
+  const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
+  if (sharded && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
+    const TensorDesc& in = c.node.inputs.at(0);
+    const std::string reduction = c.node.op_type == "AllGather" ? "sum" : c.node.attrs.get_string("reduction");
+    if (comm_->supports_sharded(in.dtype, reduction)) {
+      if (c.node.op_type == "ReduceScatter")
+        comm_->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);
+      else
+        comm_->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
+      return;
+    }
+  }
   PDNG_CHECK(fallback_ != nullptr, "no communicator can run collective " + c.node.op_type);
   std::vector<void*> in(c.in.size()), out(c.out.size());
   for (size_t i = 0; i < c.out.size(); ++i) out[i] = resolved_[c.out[i]];

@@ -32,6 +32,15 @@ class Communicator {
   // Whether allreduce() handles this dtype and reduction; if not, the fallback runs the node.
   virtual bool supports_allreduce(DType dtype, const std::string& reduction) const = 0;
   virtual void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) = 0;
+  // ZeRO-1's halves of an allreduce, from `in` into a separate `out`; `count` is the elements of
+  // one rank's slice. A communicator that returns false from supports_sharded leaves them to the fallback.
+  virtual bool supports_sharded(DType dtype, const std::string& reduction) const { return false; }
+  virtual void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) {
+    throw Error("this communicator has no native reduce_scatter");
+  }
+  virtual void allgather(const void* in, void* out, int64_t count, DType dtype) {
+    throw Error("this communicator has no native allgather");
+  }
 };
 
 // Runs one whole collective node (any op type) given its bound inputs and outputs.
