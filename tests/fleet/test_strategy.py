@@ -17,8 +17,8 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, log_level, min_buckets, reduction, threads, timeout_s, "
-              "transport, zero_stage")
+VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, hierarchical, log_level, min_buckets, reduction, threads, "
+              "timeout_s, transport, zero_stage")
 
 
 @pytest.fixture(autouse=True)

@@ -38,11 +38,24 @@ void divide(void* data, int64_t count, int size) {
   for (int64_t i = 0; i < count; ++i) p[i] = p[i] / n;
 }
 
+void check(int rc, const char* call, int rank, int64_t count, DType dtype) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error("rank " + std::to_string(rank) + ": " + call + " of " + std::to_string(count) + " " +
+              dtype_name(dtype) + " elements failed: " + text);
+}
+
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator() {
+  // node == MPI_COMM_NULL: flat MPI_Allreduce on MPI_COMM_WORLD. Otherwise hierarchical over the
+  // node's communicator (rank 0 = leader) and, on leaders, the leaders' communicator.
+  MpiCommunicator(MPI_Comm node, MPI_Comm leaders) : node_(node), leaders_(leaders) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (node_ != MPI_COMM_NULL) MPI_Comm_rank(node_, &node_rank_);
+    if (leaders_ != MPI_COMM_NULL) MPI_Comm_size(leaders_, &leaders_size_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -62,14 +75,12 @@ class MpiCommunicator : public Communicator {
       // The blocking call: Open MPI's tuned allreduce (MPI_Iallreduce goes through libnbc: measured
       // 1.7x slower at 16 and 64 MB with tools/bench_allreduce.py). While it waits for a slower peer it does not spin a core away from
       // this rank's compute thread: import_mpi sets mpi_yield_when_idle (see distributed/mpi.py).
-      int rc = MPI_Allreduce(MPI_IN_PLACE, bytes + done * dtype_size(dtype), n, mpi_type(dtype), mpi_op(reduction),
-                             MPI_COMM_WORLD);
-      if (rc != MPI_SUCCESS) {
-        char text[MPI_MAX_ERROR_STRING] = {0};
-        int len = 0;
-        MPI_Error_string(rc, text, &len);
-        throw Error("rank " + std::to_string(rank_) + ": MPI_Allreduce of " + std::to_string(count) + " " +
-                    dtype_name(dtype) + " elements failed: " + text);
+      char* part = bytes + done * dtype_size(dtype);
+      if (node_ == MPI_COMM_NULL) {
+        check(MPI_Allreduce(MPI_IN_PLACE, part, n, mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
+              "MPI_Allreduce", rank_, count, dtype);
+      } else {
+        hierarchical(part, n, dtype, reduction, count);
       }
     }
     if (reduction == "avg") {
@@ -79,14 +90,31 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  int rank_ = 0, size_ = 1;
+  // Only the leaders' allreduce crosses hosts; within a node the reduce and the broadcast go over
+  // shared memory. Every rank ends with its leader's bits, so results are identical on all ranks.
+  void hierarchical(char* part, int n, DType dtype, const std::string& reduction, int64_t count) {
+    const MPI_Datatype type = mpi_type(dtype);
+    const MPI_Op op = mpi_op(reduction);
+    if (node_rank_ == 0) {
+      check(MPI_Reduce(MPI_IN_PLACE, part, n, type, op, 0, node_), "MPI_Reduce (node)", rank_, count, dtype);
+      if (leaders_size_ > 1)
+        check(MPI_Allreduce(MPI_IN_PLACE, part, n, type, op, leaders_), "MPI_Allreduce (leaders)", rank_, count,
+              dtype);
+    } else {
+      check(MPI_Reduce(part, nullptr, n, type, op, 0, node_), "MPI_Reduce (node)", rank_, count, dtype);
+    }
+    check(MPI_Bcast(part, n, type, 0, node_), "MPI_Bcast (node)", rank_, count, dtype);
+  }
+
+  MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, node_rank_ = 0, leaders_size_ = 0;
 };
 
 }  // namespace
 
 bool mpi_available() { return true; }
 
-std::shared_ptr<Communicator> make_mpi_communicator() {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm) {
   int initialized = 0, finalized = 0, level = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -95,14 +123,18 @@ std::shared_ptr<Communicator> make_mpi_communicator() {
   PDNG_CHECK(level >= MPI_THREAD_SERIALIZED,
              "MPI was initialized with a thread level below MPI_THREAD_SERIALIZED; the communication thread "
              "needs at least that (mpi4py requests MPI_THREAD_MULTIPLE by default)");
-  return std::make_shared<MpiCommunicator>();
+  // Open MPI's MPI_Comm is a pointer; mpi4py hands it over as an integer (MPI._handleof).
+  static_assert(sizeof(MPI_Comm) == sizeof(uintptr_t), "MPI_Comm must be a handle the size of a pointer");
+  auto as_comm = [](uintptr_t h) { return h ? reinterpret_cast<MPI_Comm>(h) : MPI_COMM_NULL; };
+  PDNG_CHECK(node_comm || !leaders_comm, "a leaders communicator needs a node communicator");
+  return std::make_shared<MpiCommunicator>(as_comm(node_comm), as_comm(leaders_comm));
 }
 
 #else
 
 bool mpi_available() { return false; }
 
-std::shared_ptr<Communicator> make_mpi_communicator() {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t, uintptr_t) {
   throw Error("the CPU backend was built without Open MPI's headers: no native MPI path");
 }
 
