@@ -13,6 +13,7 @@ between hosts) and a broadcast within each node. A node is a host name, or
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import ConfigError, TransportError
 from .transport import Transport
 
+log = logging.getLogger("paddle_ngraph.distributed")
 _NATIVE_OPS = ("sum", "prod", "min", "max")
 NODE_ID_ENV = "PADDLE_NGRAPH_NODE_ID"
 HIERARCHICAL_MODES = ("auto", "on", "off")
@@ -98,6 +100,10 @@ class MpiTransport(Transport):
             self.hierarchical = mode == "on"
         if self.hierarchical:
             self.topology.native_handles()  # the duplicates for the native path, now, while all ranks are here
+        if self.rank == 0:
+            log.info("rank 0: %s allreduce (hierarchical=%s; %d node(s) of %s rank(s))",
+                     "hierarchical" if self.hierarchical else "flat", mode, self.topology.nodes,
+                     "/".join(map(str, self.topology.node_sizes)))
         return self.hierarchical
 
     def native_comms(self) -> tuple[int, int]:
