@@ -253,13 +253,30 @@ def run(args) -> int:
             log(f"{name}: {args.hosts} hosts x {args.ranks_per_host} ranks: {shlex.join(program)}")
             start = time.time()
             procs = [subprocess.Popen(cmd, env=env) for cmd in commands]
-            codes = [wait(p, args.timeout) for p in procs]
+            try:
+                codes = [wait(p, args.timeout) for p in procs]
+            except BaseException:  # Ctrl-C or SIGTERM: end the job before its namespaces go
+                stop(procs)
+                raise
             if name == "paddle":
                 show_paddle_logs(os.path.join(tmp, "logs"), args.hosts)
             code = next((c for c in codes if c != 0), 0)
             log(f"{name}: exit code {code} after {time.time() - start:.1f} s")
             status = status or code
         return status
+
+
+def stop(procs: list[subprocess.Popen]):
+    """SIGTERM to the launchers (mpirun and paddle launch pass it on to their ranks), then SIGKILL."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def wait(proc: subprocess.Popen, timeout: float) -> int:
