@@ -100,6 +100,17 @@ def test_paddle_launch_across_two_namespaces():
 
 
 @needs_netns
+def test_two_hosts_of_two_ranks_choose_the_hierarchical_allreduce():
+    """hierarchical: auto groups the ranks by host name (host1, host2): 2 nodes of 2 ranks."""
+    run = tool("--ranks-per-host", "2", "--env", "PADDLE_NGRAPH_LOG_LEVEL=INFO", "--",
+               "--steps", "4", "--warmup", "1", "--log-every", "3")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "rank 0: hierarchical allreduce (hierarchical=auto; 2 node(s) of 2/2 rank(s))" in run.stdout + run.stderr
+    assert all(f"[rank {r}] step 3 loss" in run.stdout for r in range(4)), run.stdout
+    assert_cleaned_up()
+
+
+@needs_netns
 def test_namespaces_removed_after_a_failed_job():
     proc = tool("--", "--steps", "not-a-number")
     assert proc.returncode != 0
