@@ -7,11 +7,12 @@ Each host i is a namespace pdng-h<i> with address 10.77.0.<i>/24 on a veth whose
 attached to the bridge pdngbr0 in the root namespace; its processes run under `unshare --uts` with
 host name host<i>, so MPI and paddle_ngraph see distinct nodes (the hierarchical allreduce groups
 ranks by host name). Traffic between hosts crosses the veths; ranks of one host share memory.
-With --rate/--delay, every host's veth gets a netem qdisc (both directions of a link are limited,
-since each host limits what it sends).
+With --rate, every host's link gets a token bucket (tbf) that limits what it sends (so both
+directions between two hosts are limited); --delay needs the netem qdisc, which not every kernel
+has (this machine's does not: the tool then stops and says so).
 
     tools/netns_cluster.py --hosts 2 --ranks-per-host 1 --launcher mpirun -- --steps 50
-    tools/netns_cluster.py --rate 10gbit --delay 100us --env PADDLE_NGRAPH_HIERARCHICAL=off ...
+    tools/netns_cluster.py --rate 10gbit --env PADDLE_NGRAPH_HIERARCHICAL=off ...
     tools/netns_cluster.py --dry-run            # prints the commands, changes nothing
 
 Arguments after `--` go to the script (default examples/fleet_mnist_mlp.py). The namespaces, the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -81,6 +83,7 @@ class Cluster:
         if leftovers and not self.dry_run:
             raise RuntimeError(f"namespace(s) {', '.join(leftovers)} exist already (another run, or one killed "
                                f"with SIGKILL): remove them with `ip netns del NAME` first")
+        self.qdisc = link_qdisc(self.rate, self.delay, check=not self.dry_run) if self.rate or self.delay else None
         try:
             self._create()
         except BaseException:
@@ -90,7 +93,7 @@ class Cluster:
 
     def _create(self):
         log(f"creating {self.hosts} hosts on bridge {BRIDGE} ({SUBNET}.0/24)"
-            + (f", links limited to rate {self.rate} delay {self.delay}" if self.rate or self.delay else ""))
+            + (f", each host's link: {' '.join(self.qdisc)}" if self.qdisc else ""))
         self.sh("ip", "link", "add", BRIDGE, "type", "bridge")
         self.created_bridge = True
         self.sh("ip", "link", "set", BRIDGE, "up")
@@ -104,13 +107,8 @@ class Cluster:
             self.in_host(i, "ip", "addr", "add", f"{address(i)}/24", "dev", "eth0")
             self.in_host(i, "ip", "link", "set", "eth0", "up")
             self.in_host(i, "ip", "link", "set", "lo", "up")
-            if self.rate or self.delay:
-                netem = ["tc", "qdisc", "add", "dev", "eth0", "root", "netem"]
-                if self.delay:
-                    netem += ["delay", self.delay]
-                if self.rate:
-                    netem += ["rate", self.rate, "limit", "100000"]  # a deep queue: shape, do not drop
-                self.in_host(i, *netem)
+            if self.qdisc:
+                self.in_host(i, "tc", "qdisc", "add", "dev", "eth0", "root", *self.qdisc)
         if not self.dry_run:
             for i in range(1, self.hosts + 1):
                 self._wait_forwarding(f"{PREFIX}-v{i}")
@@ -155,6 +153,36 @@ class Cluster:
         if not self.dry_run:
             log("namespaces and bridge removed")
         return False
+
+
+def rate_bits(rate: str) -> float:
+    """tc's rate syntax (10gbit, 500mbit, 100kbit, 1000bit) in bits per second."""
+    match = re.fullmatch(r"([0-9.]+)\s*([kmgt]?)bit", rate.strip().lower())
+    if not match:
+        raise RuntimeError(f"--rate {rate!r}: expected a number with bit, kbit, mbit, gbit or tbit (e.g. 10gbit)")
+    return float(match.group(1)) * 1000 ** " kmgt".index(match.group(2) or " ")
+
+
+def link_qdisc(rate: str | None, delay: str | None, check: bool = True) -> list[str]:
+    """The root qdisc of a host's link. A rate alone: a token bucket (tbf), in every kernel; a delay
+    needs netem (sch_netem), which some kernels do not have: then say so rather than run unlimited."""
+    if delay:
+        if check and not netem_available():
+            raise RuntimeError(f"--delay {delay}: this kernel has no netem qdisc (sch_netem), the only tc qdisc "
+                               f"that delays packets; run without --delay (--rate alone uses tbf)")
+        return ["netem", "delay", delay] + (["rate", rate, "limit", "100000"] if rate else [])
+    # Burst: 1 ms of traffic, and at least two 64 KB segments (veths pass GSO segments whole).
+    burst = max(int(rate_bits(rate) / 8 / 1000), 2 * 65536)
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+
+
+def netem_available() -> bool:
+    name = f"{PREFIX}-qdisc-probe"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], capture_output=True)
+    try:
+        return subprocess.run(["tc", "qdisc", "add", "dev", name, "root", "netem"], capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
 def existing_namespaces() -> set[str]:
@@ -319,11 +347,17 @@ def probe_rank() -> int:
         mine = f"{me}={own_address()}"
         peers = comm.allgather(mine)
         print(f"[rank {comm.Get_rank()}] on {mine} saw: {', '.join(peers)}", flush=True)
+        print(f"[rank {comm.Get_rank()}] link: {own_qdisc()}", flush=True)
         return 0
     rank = os.environ.get("PADDLE_TRAINER_ID", "?")
     endpoints = os.environ.get("PADDLE_TRAINER_ENDPOINTS", "")
     print(f"[rank {rank}] on {me}={own_address()} saw endpoints: {endpoints}", flush=True)
     return 0
+
+
+def own_qdisc() -> str:
+    out = subprocess.run(["tc", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True).stdout
+    return out.splitlines()[0].strip() if out.strip() else "?"
 
 
 def own_address() -> str:
@@ -335,12 +369,12 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 2)[2])
-    p.add_argument("--hosts", type=int, default=2, help="namespaces (hosts), 2..250")
+    p.add_argument("--hosts", type=int, default=2, help="namespaces (hosts), 1..250 (1: a baseline)")
     p.add_argument("--ranks-per-host", type=int, default=1)
     p.add_argument("--launcher", choices=["mpirun", "paddle", "both"], default="mpirun")
     p.add_argument("--script", default=DEFAULT_SCRIPT, help="the training script (default: %(default)s)")
-    p.add_argument("--rate", help="tc netem rate of each host's link, e.g. 10gbit, 1gbit")
-    p.add_argument("--delay", help="tc netem delay of each host's link, e.g. 100us")
+    p.add_argument("--rate", help="rate limit of each host's link (tc tbf), e.g. 10gbit, 1gbit")
+    p.add_argument("--delay", help="tc netem delay of each host's link, e.g. 100us (needs sch_netem)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment for every rank (e.g. PADDLE_NGRAPH_HIERARCHICAL=off); repeatable")
     p.add_argument("--port", type=int, default=36001, help="paddle launch master port on host1")
@@ -353,8 +387,8 @@ def parse(argv):
     if rest and rest[0] == "--":
         rest = rest[1:]
     args.script_args = rest
-    if not args.probe_rank and not 2 <= args.hosts <= 250:
-        p.error("--hosts must be between 2 and 250")
+    if not args.probe_rank and not 1 <= args.hosts <= 250:
+        p.error("--hosts must be between 1 and 250")
     if args.ranks_per_host < 1:
         p.error("--ranks-per-host must be >= 1")
     return args

@@ -66,6 +66,21 @@ def test_dry_run_prints_the_commands_and_changes_nothing():
         assert_cleaned_up()
 
 
+def test_a_rate_alone_is_a_token_bucket():
+    proc = tool("--dry-run", "--rate", "10gbit")
+    assert proc.returncode == 0, proc.stderr
+    assert "tc qdisc add dev eth0 root tbf rate 10gbit burst 1250000 latency 50ms" in proc.stdout, proc.stdout
+
+
+@needs_netns
+def test_rate_limited_links_are_in_place_during_the_job():
+    probe = tool("--rate", "1gbit", "--probe")
+    assert probe.returncode == 0, probe.stdout[-2000:] + probe.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"[rank {rank}] link: qdisc tbf" in probe.stdout and "rate 1Gbit" in probe.stdout, probe.stdout
+    assert_cleaned_up()
+
+
 def run_across_hosts(launcher):
     probe = tool("--launcher", launcher, "--probe")
     assert probe.returncode == 0, probe.stdout[-2000:] + probe.stderr[-3000:]
