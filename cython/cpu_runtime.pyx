@@ -169,6 +169,11 @@ cdef class NativeExecutable:
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 
+    @property
+    def communicator(self):
+        """How the native allreduce reaches the other ranks ("none": only the Python fallback)."""
+        return self.executor.communicator_description().decode()
+
     def use_native_functions(self, int rank, int size, uintptr_t allreduce, uintptr_t last_error):
         """Allreduce through C functions of the pdng_ccl ABI (the oneCCL transport), called from C++."""
         self.executor.set_communicator(make_function_communicator(rank, size, <AllreduceFn>allreduce,

@@ -48,6 +48,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void set_results(const vector[int]&) except +
         void set_num_inputs(int)
         void set_communicator(shared_ptr[Communicator])
+        string communicator_description()
         void set_fallback(CollectiveFallback, void*)
         void set_threads(int)
         void run(void* const*, int) except +

@@ -37,6 +37,8 @@ def measure(hosts, ranks, config, link, args) -> float | None:
         cmd += ["--rate", rate] + (["--delay", delay] if delay else [])
     for key, value in config.items():
         cmd += ["--env", f"PADDLE_NGRAPH_{key}={value}"]
+    for item in args.env:
+        cmd += ["--env", item]
     cmd += ["--", "--steps", str(args.steps), "--warmup", str(args.warmup), "--log-every", str(10 ** 9),
             "--batch-size", str(args.batch_size)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
@@ -57,6 +59,8 @@ def main():
                    help="comma-separated RATE or RATE/DELAY of every host's link (delay needs netem), or none")
     p.add_argument("--repeat", type=int, default=1, help="runs per configuration; the best is kept")
     p.add_argument("--out", help="also write the Markdown table here")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of every run, the baseline's too (e.g. PADDLE_NGRAPH_THREADS=1); repeatable")
     args = p.parse_args()
 
     def best(hosts, ranks, config, link):

@@ -16,6 +16,7 @@ import paddle  # noqa: E402
 
 import paddle_ngraph  # noqa: E402
 from paddle_ngraph.distributed import make_transport  # noqa: E402
+from paddle_ngraph.transpiler import engines  # noqa: E402
 from paddle_ngraph.zoo import build_program, digits_as_mnist, shard  # noqa: E402
 
 LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}
@@ -75,8 +76,11 @@ def main():
                         xb, yb = shard(x, y, args.batch, rank, nranks, step)
                     losses.append(float(exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]))
                 params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main_prog)}
+                # The CPU backend's native allreduce, as the C++ communicator describes itself.
+                native = getattr(engines()[-1].executable, "communicator", "") if not args.reference else ""
             np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses),
-                     hierarchical=np.array(getattr(transport, "hierarchical", False)), **params)
+                     hierarchical=np.array(getattr(transport, "hierarchical", False)), native=np.array(native),
+                     **params)
     return 0
 
 

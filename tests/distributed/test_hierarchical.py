@@ -38,12 +38,17 @@ def test_hierarchical_equals_flat_and_one_process(tmp_path, reference, backend):
                 (("hierarchical", hier), ("flat", flat))}
         assert all(bool(r["hierarchical"]) for r in runs["hierarchical"]), "auto did not choose hierarchical on 2 nodes"
         assert not any(bool(r["hierarchical"]) for r in runs["flat"]), "auto chose hierarchical on one node"
+        if backend == "CPU":  # the C++ communicator itself did it, not a Python fallback
+            assert [str(r["native"]) for r in runs["hierarchical"]] == [
+                "hierarchical: rank 0 of 2 in its node, leader of 2 nodes", "hierarchical: rank 1 of 2 in its node, not a leader",
+                "hierarchical: rank 0 of 2 in its node, leader of 2 nodes", "hierarchical: rank 1 of 2 in its node, not a leader"]
+            assert all(str(r["native"]) == "MPI_Allreduce on MPI_COMM_WORLD" for r in runs["flat"])
         # Identical on every rank (bitwise), and equal to one process on the concatenated batch.
         check(reference, hier, 4, optimizer)
         check(reference, flat, 4, optimizer)
         # Equal to the flat allreduce up to fp32 rounding (the sums are added in another order), with
         # the rule of every trained-parameter comparison (harness.assert_trained_close).
-        names = [k for k in runs["flat"][0].files if k not in ("losses", "hierarchical")]
+        names = [k for k in runs["flat"][0].files if k not in ("losses", "hierarchical", "native")]
         for name in names:
             assert_trained_close(runs["hierarchical"][0][name], runs["flat"][0][name], optimizer,
                                  f"{backend} {optimizer}: {name}", lr=LR[optimizer])

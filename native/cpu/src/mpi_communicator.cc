@@ -66,6 +66,14 @@ class MpiCommunicator : public Communicator {
     return reduction != "avg" || dtype == DType::Float32 || dtype == DType::Float64;
   }
 
+  std::string describe() const override {
+    if (node_ == MPI_COMM_NULL) return "MPI_Allreduce on MPI_COMM_WORLD";
+    int node_size = 0;
+    MPI_Comm_size(node_, &node_size);
+    return "hierarchical: rank " + std::to_string(node_rank_) + " of " + std::to_string(node_size) +
+           " in its node, " + (node_rank_ == 0 ? "leader of " + std::to_string(leaders_size_) + " nodes" : "not a leader");
+  }
+
   void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) override {
     // MPI counts are int: reduce in chunks below 2^31 elements.
     const int64_t chunk = (int64_t{1} << 30);

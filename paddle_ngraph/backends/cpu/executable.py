@@ -167,6 +167,11 @@ class CPUExecutable(Executable):
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
 
+    @property
+    def communicator(self) -> str:
+        """How the last step's native allreduce reached the other ranks (e.g. hierarchical)."""
+        return self.last.native.communicator if self.last is not None else "none"
+
     def call(self, inputs, transport=None):
         """Runs one step. The outputs are views of the executable's arena, valid until its next call."""
         params = self.function.parameters

@@ -32,6 +32,8 @@ class Communicator {
   // Whether allreduce() handles this dtype and reduction; if not, the fallback runs the node.
   virtual bool supports_allreduce(DType dtype, const std::string& reduction) const = 0;
   virtual void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) = 0;
+  // How allreduce() reaches the other ranks, for logs and tests.
+  virtual std::string describe() const { return "native"; }
 };
 
 // Runs one whole collective node (any op type) given its bound inputs and outputs.
@@ -63,6 +65,7 @@ class Executor {
   void set_results(const std::vector<int>& buffers);
   void set_num_inputs(int n) { num_inputs_ = n; }
   void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+  std::string communicator_description() const { return comm_ ? comm_->describe() : "none"; }
   void set_fallback(CollectiveFallback fn, void* context) {
     fallback_ = fn;
     fallback_context_ = context;
