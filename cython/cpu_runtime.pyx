@@ -161,11 +161,18 @@ cdef class NativeExecutable:
         self.fallback = fallback
         self.executor.set_fallback(_fallback, <void*>self)
 
-    def use_native_mpi(self):
+    def use_native_mpi(self, uintptr_t node_comm=0, uintptr_t leaders_comm=0):
+        """MPI_Allreduce from C++; hierarchical over these communicator handles (mpi4py's
+        MPI._handleof) if node_comm is not 0, else flat on MPI_COMM_WORLD."""
         try:
-            self.executor.set_communicator(make_mpi_communicator())
+            self.executor.set_communicator(make_mpi_communicator(node_comm, leaders_comm))
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
+
+    @property
+    def communicator(self):
+        """How the native allreduce reaches the other ranks ("none": only the Python fallback)."""
+        return self.executor.communicator_description().decode()
 
     def use_native_functions(self, int rank, int size, uintptr_t allreduce, uintptr_t last_error):
         """Allreduce through C functions of the pdng_ccl ABI (the oneCCL transport), called from C++."""

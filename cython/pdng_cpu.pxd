@@ -1,5 +1,5 @@
 # C++ declarations of libpdng_cpu (native/cpu/include), for cython/cpu_runtime.pyx.
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uintptr_t
 from libcpp cimport bool
 from libcpp.memory cimport shared_ptr
 from libcpp.string cimport string
@@ -48,6 +48,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void set_results(const vector[int]&) except +
         void set_num_inputs(int)
         void set_communicator(shared_ptr[Communicator])
+        string communicator_description()
         void set_fallback(CollectiveFallback, void*)
         void set_threads(int)
         void run(void* const*, int) except +
@@ -64,7 +65,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
 
 cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
     bool mpi_available()
-    shared_ptr[Communicator] make_mpi_communicator() except +
+    shared_ptr[Communicator] make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm) except +
 
 
 cdef extern from "pdng/function_communicator.h" namespace "pdng" nogil:

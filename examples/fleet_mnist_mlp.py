@@ -11,6 +11,7 @@ Each rank trains on its own shard of every global batch (global batch = ranks x 
 """
 import argparse
 import os
+import time
 
 import numpy as np
 import paddle
@@ -60,11 +61,18 @@ def train(args):
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     x, y = load_data()
+    timed_from = min(args.warmup, args.steps - 1)  # the first steps specialize and compile
     for step in range(args.steps):
+        if step == timed_from:
+            start = time.perf_counter()
         xb, yb = shard(x, y, args.batch_size, rank, nranks, step)
         loss_value, = exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])
         if step % args.log_every == 0 or step == args.steps - 1:
             print(f"[rank {rank}] step {step} loss {float(loss_value):.8g}", flush=True)
+    seconds = time.perf_counter() - start
+    samples = (args.steps - timed_from) * args.batch_size * nranks
+    print(f"[rank {rank}] {samples / seconds:.1f} samples/s (global, steps {timed_from}..{args.steps - 1}, "
+          f"{nranks} ranks x batch {args.batch_size})", flush=True)
     if args.save:
         path = os.path.join(args.save, f"rank{rank}", "model")
         paddle.static.save(main, path)
@@ -78,6 +86,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.03)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=5, help="steps before the throughput is timed")
     p.add_argument("--save", metavar="DIR", help="save parameters to DIR/rank<r>/model.pdparams")
     p.add_argument("--legacy", action="store_true", help="build a legacy ProgramDesc instead of PIR")
     args = p.parse_args()

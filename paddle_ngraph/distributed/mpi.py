@@ -5,17 +5,26 @@ MPI operation that computes in float32 and rounds once, so every rank gets the
 same bits. ``avg`` is a sum followed by one multiplication by 1/size, applied
 identically on every rank. MPI is initialized by mpi4py on import and finalized
 by it at exit only if it initialized it, as nGraph's MPI backend did.
+
+Hierarchical allreduce (``set_hierarchical``): when ranks span several hosts, a reduce to
+one leader per node (over shared memory), an allreduce among the leaders (the only traffic
+between hosts) and a broadcast within each node. A node is a host name, or
+``PADDLE_NGRAPH_NODE_ID`` where set (for tests and odd topologies).
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 
-from ..errors import TransportError
+from ..errors import ConfigError, TransportError
 from .transport import Transport
 
+log = logging.getLogger("paddle_ngraph.distributed")
 _NATIVE_OPS = ("sum", "prod", "min", "max")
+NODE_ID_ENV = "PADDLE_NGRAPH_NODE_ID"
+HIERARCHICAL_MODES = ("auto", "on", "off")
 
 
 def import_mpi():
@@ -75,6 +84,35 @@ class MpiTransport(Transport):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._half_ops = {}
+        self.topology: NodeTopology | None = None
+        self.hierarchical = False  # set by set_hierarchical; flat MPI_Allreduce until then
+
+    def set_hierarchical(self, mode: str = "auto") -> bool:
+        """Chooses flat or hierarchical allreduce; collective (every rank calls it). ``auto``: hierarchical
+        when ranks span more than one node and some node has more than one rank. Returns the choice."""
+        if mode not in HIERARCHICAL_MODES:
+            raise ConfigError(f"unknown hierarchical mode {mode!r}; valid: {', '.join(HIERARCHICAL_MODES)}")
+        if self.topology is None:
+            self.topology = NodeTopology(self.comm, self.MPI)
+        if mode == "auto":
+            self.hierarchical = self.topology.nodes > 1 and self.topology.largest_node > 1
+        else:
+            self.hierarchical = mode == "on"
+        if self.hierarchical:
+            self.topology.native_handles()  # the duplicates for the native path, now, while all ranks are here
+        if self.rank == 0:
+            log.info("rank 0: %s allreduce (hierarchical=%s; %d node(s) of %s rank(s))",
+                     "hierarchical" if self.hierarchical else "flat", mode, self.topology.nodes,
+                     "/".join(map(str, self.topology.node_sizes)))
+        return self.hierarchical
+
+    def native_comms(self) -> tuple[int, int]:
+        """Handles (MPI_Comm as integers) of the node and leaders communicators for the native path,
+        duplicates of the Python ones so that the two paths never share a communicator; (0, 0): flat.
+        The leaders handle is 0 on ranks that are not their node's leader."""
+        if not self.hierarchical:
+            return 0, 0
+        return self.topology.native_handles()
 
     def _op(self, reduction: str, dtype: np.dtype, bfloat16: bool):
         MPI = self.MPI
@@ -113,15 +151,33 @@ class MpiTransport(Transport):
             raise TransportError(f"rank {self.rank}: tensor '{name}' has dtype uint16; pass bfloat16=True for bfloat16 data")
         out = np.empty_like(array)
         base = "sum" if reduction == "avg" else reduction
+        mpi_type = self._mpi_type(array.dtype, bfloat16)
+        op = self._op(base, array.dtype, bfloat16)
         try:
-            self.comm.Allreduce([array, self._mpi_type(array.dtype, bfloat16)],
-                                [out, self._mpi_type(array.dtype, bfloat16)], op=self._op(base, array.dtype, bfloat16))
+            if self.hierarchical:
+                self._hierarchical_allreduce(array, out, mpi_type, op)
+            else:
+                self.comm.Allreduce([array, mpi_type], [out, mpi_type], op=op)
         except self.MPI.Exception as e:
-            raise TransportError(f"rank {self.rank}: MPI_Allreduce of tensor '{name}' ({array.dtype}, "
+            kind = "hierarchical allreduce" if self.hierarchical else "MPI_Allreduce"
+            raise TransportError(f"rank {self.rank}: {kind} of tensor '{name}' ({array.dtype}, "
                                  f"{array.size} elements) failed: {e.Get_error_string()}") from None
         if reduction == "avg":
             out = _average(out, self.size, bfloat16)
         return out
+
+    def _hierarchical_allreduce(self, array, out, mpi_type, op):
+        """Reduce to the node leader, allreduce among leaders, broadcast within the node: every rank
+        ends with the leader's bits. ``avg`` divides afterwards, once, as the flat path does."""
+        node, leaders = self.topology.node_comm, self.topology.leaders_comm
+        if node.Get_rank() == 0:
+            out[...] = array
+            node.Reduce(self.MPI.IN_PLACE, [out, mpi_type], op=op, root=0)
+            if leaders is not None and leaders.Get_size() > 1:
+                leaders.Allreduce(self.MPI.IN_PLACE, [out, mpi_type], op=op)
+        else:
+            node.Reduce([array, mpi_type], None, op=op, root=0)
+        node.Bcast([out, mpi_type], root=0)
 
     def broadcast(self, array, root=0):
         self.comm.Bcast(np.ascontiguousarray(array).view(np.uint8), root=root)
@@ -169,6 +225,51 @@ class MpiTransport(Transport):
         for op in self._half_ops.values():
             op.Free()
         self._half_ops.clear()
+        if self.topology is not None:
+            self.topology.free()
+            self.topology = None
+            self.hierarchical = False
+
+
+def node_key(MPI) -> str:
+    """What identifies this rank's node: ``PADDLE_NGRAPH_NODE_ID`` if set, else the host name."""
+    override = os.environ.get(NODE_ID_ENV, "").strip()
+    return f"id:{override}" if override else f"host:{MPI.Get_processor_name()}"
+
+
+class NodeTopology:
+    """The ranks of ``comm`` grouped by node: a communicator per node (its rank 0 is the leader)
+    and one of the leaders. Built collectively."""
+
+    def __init__(self, comm, MPI):
+        keys = comm.allgather(node_key(MPI))
+        order = sorted(set(keys), key=keys.index)  # nodes numbered by their lowest rank
+        self.nodes = len(order)
+        self.node_sizes = [keys.count(k) for k in order]
+        self.largest_node = max(self.node_sizes)
+        self.node_index = order.index(keys[comm.Get_rank()])
+        self.node_comm = comm.Split(self.node_index, key=comm.Get_rank())
+        is_leader = self.node_comm.Get_rank() == 0
+        leaders = comm.Split(0 if is_leader else MPI.UNDEFINED, key=comm.Get_rank())
+        self.leaders_comm = leaders if is_leader else None
+        self._MPI = MPI
+        self._native = None
+
+    def native_handles(self) -> tuple[int, int]:
+        if self._native is None:  # collective over the node (and the leaders), once
+            node = self.node_comm.Dup()
+            leaders = self.leaders_comm.Dup() if self.leaders_comm is not None else None
+            self._native = (node, leaders)
+        node, leaders = self._native
+        handle = self._MPI._handleof
+        return handle(node), handle(leaders) if leaders is not None else 0
+
+    def free(self):
+        comms = [self.node_comm, self.leaders_comm, *(self._native or ())]
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
+        self._native = None
 
 
 def _average(out: np.ndarray, size: int, bfloat16: bool) -> np.ndarray:

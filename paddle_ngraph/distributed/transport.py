@@ -74,6 +74,12 @@ class Transport:
         # allreduce returns a new buffer, so views of it are safe to hand out.
         return unflatten(self.allreduce(flatten(arrays), reduction, name=name), arrays)
 
+    def set_hierarchical(self, mode: str = "auto") -> bool:
+        """Hierarchical allreduce (reduce within a node, allreduce across nodes, broadcast within the
+        node) where the transport implements it (MPI); returns whether it is used. Others: flat.
+        oneCCL chooses topology-aware algorithms itself."""
+        return False
+
     def check_reduction(self, reduction: str):
         if reduction not in REDUCTIONS:
             raise TransportError(f"rank {self.rank}: unknown reduction '{reduction}'; valid: {', '.join(REDUCTIONS)}")

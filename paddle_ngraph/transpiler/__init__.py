@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .. import _bridge
 from ..backends import default_backend, get_backend
-from ..frontend import STATE_PREFIX, decode
+from ..distributed.mpi import HIERARCHICAL_MODES
 from ..errors import ConfigError
+from ..frontend import STATE_PREFIX, decode
 from ..passes import InsertAllReduce, PassManager
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op
@@ -25,7 +26,8 @@ __all__ = ["transpile", "engines"]
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0):
+              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
+              hierarchical: str = "auto"):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -39,6 +41,10 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     every rank stops with a report of the missing ranks and what they have not submitted.
     ``zero_stage``: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the
     gradient buckets, each rank updates its slice, allgather of the parameters); 0 replicates it.
+    ``hierarchical``: MPI transport: ``on`` reduces within each node, allreduces among one leader per
+    node and broadcasts within the node; ``off`` is one flat allreduce; ``auto`` (default) is ``on``
+    when the ranks span several nodes and some node has more than one rank. A node is a host name,
+    or ``PADDLE_NGRAPH_NODE_ID`` where set. oneCCL picks topology-aware algorithms itself.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     """
     from ..distributed import initial_sync, resolve_transport
@@ -50,8 +56,11 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     transport = resolve_transport(transport, nranks)
     if zero_stage not in (0, 1):
         raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
+    if hierarchical not in HIERARCHICAL_MODES:
+        raise ConfigError(f"hierarchical: unknown mode {hierarchical!r}; valid: {', '.join(HIERARCHICAL_MODES)}")
     passes, sharding = [], None
     if transport.size > 1:
+        transport.set_hierarchical(hierarchical)
         skip = {n for n, v in view.vars.items() if v.is_distributed}
         buckets = dict(bucket_bytes=int(bucket_mb * (1 << 20)), reduction=reduction, skip_params=skip,
                        min_buckets=min_buckets)

@@ -16,6 +16,7 @@ import paddle  # noqa: E402
 
 import paddle_ngraph  # noqa: E402
 from paddle_ngraph.distributed import make_transport  # noqa: E402
+from paddle_ngraph.transpiler import engines  # noqa: E402
 from paddle_ngraph.zoo import build_program, digits_as_mnist, shard  # noqa: E402
 
 LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}
@@ -39,8 +40,13 @@ def main():
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, global batch")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--zero-stage", type=int, default=0)
-    p.add_argument("--backend", default=None)
+    p.add_argument("--backend", default=None, help="transpile's backend (default: the default backend)")
+    p.add_argument("--hierarchical", default="auto", choices=["auto", "on", "off"])
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="pretend ranks r with equal r // k share a node (PADDLE_NGRAPH_NODE_ID)")
     args = p.parse_args()
+    if args.ranks_per_node:
+        os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // args.ranks_per_node)
     paddle.enable_static()
     transport = make_transport("null" if args.reference else None)
     rank, nranks = transport.rank, transport.size
@@ -60,7 +66,8 @@ def main():
                 exe.run(startup)
                 if not args.reference:
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
-                                            zero_stage=args.zero_stage, backend=args.backend)
+                                            zero_stage=args.zero_stage, backend=args.backend,
+                                            hierarchical=args.hierarchical)
                 losses = []
                 for step in range(args.steps):
                     if args.reference:
@@ -69,7 +76,11 @@ def main():
                         xb, yb = shard(x, y, args.batch, rank, nranks, step)
                     losses.append(float(exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]))
                 params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main_prog)}
-            np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses), **params)
+                # The CPU backend's native allreduce, as the C++ communicator describes itself.
+                native = getattr(engines()[-1].executable, "communicator", "") if not args.reference else ""
+            np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses),
+                     hierarchical=np.array(getattr(transport, "hierarchical", False)), native=np.array(native),
+                     **params)
     return 0
 
 

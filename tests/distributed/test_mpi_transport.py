@@ -21,6 +21,22 @@ def test_collectives_match_numpy(nranks):
     assert proc.stdout.count("all collectives match NumPy") == nranks
 
 
+@pytest.mark.parametrize("nranks,per_node,mode,expect", [
+    (4, 2, "auto", 1),   # 2 nodes x 2 ranks: auto chooses hierarchical
+    (4, 3, "on", 1),     # uneven nodes (3 + 1 ranks)
+    (3, 0, "auto", 0),   # one host: auto stays flat
+    (2, 1, "auto", 0),   # one rank per node: nothing to reduce within a node, flat
+])
+def test_hierarchical_collectives_match_numpy(nranks, per_node, mode, expect):
+    env = {"PDNG_TEST_HIERARCHICAL": mode, "PDNG_TEST_EXPECT_HIERARCHICAL": str(expect)}
+    if per_node:
+        env["PDNG_TEST_RANKS_PER_NODE"] = str(per_node)
+    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all collectives match NumPy") == nranks
+    assert proc.stdout.count(f"hierarchical={bool(expect)}") == nranks
+
+
 needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 
 

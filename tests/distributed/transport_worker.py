@@ -2,6 +2,10 @@
 
 Data are small integers stored in each dtype, so that sums, products, minima and
 maxima are exact in any order of reduction and the expected value is exact too.
+
+PDNG_TEST_HIERARCHICAL=auto|on|off chooses the allreduce (set_hierarchical), with
+PDNG_TEST_RANKS_PER_NODE=k making ranks r of the same r // k one "node"
+(PADDLE_NGRAPH_NODE_ID); PDNG_TEST_EXPECT_HIERARCHICAL=0|1 is what the choice must be.
 """
 import os
 import sys
@@ -39,9 +43,23 @@ def expected(size, n, dtype, reduction):
     return out
 
 
+def set_up_nodes():
+    per_node = os.environ.get("PDNG_TEST_RANKS_PER_NODE")
+    if per_node:
+        os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // int(per_node))
+
+
 def main():
+    set_up_nodes()
     t = make_transport(os.environ.get("PDNG_TEST_TRANSPORT") or None)
     failures = []
+    mode = os.environ.get("PDNG_TEST_HIERARCHICAL")
+    if mode:
+        chosen = t.set_hierarchical(mode)
+        want = os.environ.get("PDNG_TEST_EXPECT_HIERARCHICAL")
+        if want is not None and chosen != bool(int(want)):
+            failures.append(f"set_hierarchical({mode!r}) chose {chosen}, expected {bool(int(want))}")
+        print(f"[rank {t.rank}] hierarchical={chosen}", flush=True)
     for dtype in DTYPES:
         for reduction in REDUCTIONS:
             for n in SIZES:
@@ -59,6 +77,10 @@ def main():
     mean_rank = (t.size - 1) / 2
     if fused[0].shape != (3, 5) or not np.allclose(fused[0], mean_rank) or not np.allclose(fused[1], 2 * mean_rank):
         failures.append("allreduce_many avg")
+    # Inexact float sums (the order of reduction matters): still the same bits on every rank.
+    noisy = t.allreduce(np.random.default_rng(t.rank).standard_normal(4099).astype(np.float32), "avg")
+    if len({a.tobytes() for a in t.allgather_object(noisy)}) != 1:
+        failures.append("avg of random float32 differs between ranks")
     root_data = np.arange(10, dtype=np.int64) * (7 if t.rank == 0 else 0)
     if not np.array_equal(t.broadcast(root_data, 0), np.arange(10) * 7):
         failures.append("broadcast")

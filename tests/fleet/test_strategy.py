@@ -17,8 +17,8 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, log_level, min_buckets, reduction, threads, timeout_s, "
-              "transport, zero_stage")
+VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, hierarchical, log_level, min_buckets, reduction, threads, "
+              "timeout_s, transport, zero_stage")
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +56,7 @@ def test_configs_are_validated_normalized_and_merged():
     ({"bucket_mb": -1}, "'bucket_mb' must be >= 0"),
     ({"threads": 1.5}, "'threads' must be an integer"),
     ({"threads": True}, "'threads' must be an integer, got bool"),
+    ({"hierarchical": "yes"}, "unknown hierarchical 'yes'; valid: auto, on, off"),
     ({"timeout_s": 0}, "'timeout_s' must be > 0"),
     ({"zero_stage": 2}, "unknown zero_stage 2; valid: 0, 1"),
     ({"zero_stage": "1"}, "'zero_stage' must be an integer, got str '1'"),
@@ -115,7 +116,7 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 60,
-                                      "log_level": "WARNING", "zero_stage": 0}
+                                      "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto"}
 
 
 def test_precedence(tmp_path, monkeypatch):

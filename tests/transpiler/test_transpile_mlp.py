@@ -98,3 +98,11 @@ def test_feed_with_wrong_shape_names_the_variable():
         with pytest.raises(Exception, match="input 'x': shape \\[4, 700\\]"):
             exe.run(main, feed={"x": np.zeros((4, 700), np.float32), "y": np.zeros((4, 1), np.int64)},
                     fetch_list=[loss])
+
+
+def test_unknown_hierarchical_mode_is_a_config_error():
+    from paddle_ngraph.errors import ConfigError
+
+    main, _, _, _ = build_program("mnist_mlp", "sgd", lr=0.03)
+    with pytest.raises(ConfigError, match="hierarchical: unknown mode 'maybe'; valid: auto, on, off"):
+        paddle_ngraph.transpile(main, hierarchical="maybe")

@@ -39,11 +39,24 @@ void divide(void* data, int64_t count, int size) {
   for (int64_t i = 0; i < count; ++i) p[i] = p[i] / n;
 }
 
+void check(int rc, const char* call, int rank, int64_t count, DType dtype) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error("rank " + std::to_string(rank) + ": " + call + " of " + std::to_string(count) + " " +
+              dtype_name(dtype) + " elements failed: " + text);
+}
+
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator() {
+  // node == MPI_COMM_NULL: flat MPI_Allreduce on MPI_COMM_WORLD. Otherwise hierarchical over the
+  // node's communicator (rank 0 = leader) and, on leaders, the leaders' communicator.
+  MpiCommunicator(MPI_Comm node, MPI_Comm leaders) : node_(node), leaders_(leaders) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (node_ != MPI_COMM_NULL) MPI_Comm_rank(node_, &node_rank_);
+    if (leaders_ != MPI_COMM_NULL) MPI_Comm_size(leaders_, &leaders_size_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -52,6 +65,14 @@ class MpiCommunicator : public Communicator {
     if (mpi_type(dtype) == MPI_DATATYPE_NULL || mpi_op(reduction) == MPI_OP_NULL) return false;
     // Integer avg floors; the Python transport does it.
     return reduction != "avg" || dtype == DType::Float32 || dtype == DType::Float64;
+  }
+
+  std::string describe() const override {
+    if (node_ == MPI_COMM_NULL) return "MPI_Allreduce on MPI_COMM_WORLD";
+    int node_size = 0;
+    MPI_Comm_size(node_, &node_size);
+    return "hierarchical: rank " + std::to_string(node_rank_) + " of " + std::to_string(node_size) +
+           " in its node, " + (node_rank_ == 0 ? "leader of " + std::to_string(leaders_size_) + " nodes" : "not a leader");
   }
 
   void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) override {
@@ -63,9 +84,13 @@ class MpiCommunicator : public Communicator {
       // The blocking call: Open MPI's tuned allreduce (MPI_Iallreduce goes through libnbc: measured
       // 1.7x slower at 16 and 64 MB with tools/bench_allreduce.py). While it waits for a slower peer it does not spin a core away from
       // this rank's compute thread: import_mpi sets mpi_yield_when_idle (see distributed/mpi.py).
-      check(MPI_Allreduce(MPI_IN_PLACE, bytes + done * dtype_size(dtype), n, mpi_type(dtype), mpi_op(reduction),
-                          MPI_COMM_WORLD),
-            "MPI_Allreduce", count, dtype);
+      char* part = bytes + done * dtype_size(dtype);
+      if (node_ == MPI_COMM_NULL) {
+        check(MPI_Allreduce(MPI_IN_PLACE, part, n, mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
+              "MPI_Allreduce", rank_, count, dtype);
+      } else {
+        hierarchical(part, n, dtype, reduction, count);
+      }
     }
     if (reduction == "avg") {
       if (dtype == DType::Float32) divide<float>(data, count, size_);
@@ -80,7 +105,7 @@ class MpiCommunicator : public Communicator {
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) override {
     PDNG_CHECK(count <= INT32_MAX, "reduce_scatter of more than 2^31 elements per rank");
     check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
-          "MPI_Reduce_scatter_block", count * size_, dtype);
+          "MPI_Reduce_scatter_block", rank_, count * size_, dtype);
     if (reduction == "avg") {
       if (dtype == DType::Float32) divide<float>(out, count, size_);
       else divide<double>(out, count, size_);
@@ -91,27 +116,35 @@ class MpiCommunicator : public Communicator {
     PDNG_CHECK(count <= INT32_MAX, "allgather of more than 2^31 elements per rank");
     check(MPI_Allgather(in, static_cast<int>(count), mpi_type(dtype), out, static_cast<int>(count), mpi_type(dtype),
                         MPI_COMM_WORLD),
-          "MPI_Allgather", count, dtype);
+          "MPI_Allgather", rank_, count, dtype);
   }
 
  private:
-  void check(int rc, const char* call, int64_t count, DType dtype) const {
-    if (rc == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING] = {0};
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    throw Error("rank " + std::to_string(rank_) + ": " + call + " of " + std::to_string(count) + " " +
-                dtype_name(dtype) + " elements failed: " + text);
+  // Only the leaders' allreduce crosses hosts; within a node the reduce and the broadcast go over
+  // shared memory. Every rank ends with its leader's bits, so results are identical on all ranks.
+  void hierarchical(char* part, int n, DType dtype, const std::string& reduction, int64_t count) {
+    const MPI_Datatype type = mpi_type(dtype);
+    const MPI_Op op = mpi_op(reduction);
+    if (node_rank_ == 0) {
+      check(MPI_Reduce(MPI_IN_PLACE, part, n, type, op, 0, node_), "MPI_Reduce (node)", rank_, count, dtype);
+      if (leaders_size_ > 1)
+        check(MPI_Allreduce(MPI_IN_PLACE, part, n, type, op, leaders_), "MPI_Allreduce (leaders)", rank_, count,
+              dtype);
+    } else {
+      check(MPI_Reduce(part, nullptr, n, type, op, 0, node_), "MPI_Reduce (node)", rank_, count, dtype);
+    }
+    check(MPI_Bcast(part, n, type, 0, node_), "MPI_Bcast (node)", rank_, count, dtype);
   }
 
-  int rank_ = 0, size_ = 1;
+  MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, node_rank_ = 0, leaders_size_ = 0;
 };
 
 }  // namespace
 
 bool mpi_available() { return true; }
 
-std::shared_ptr<Communicator> make_mpi_communicator() {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm) {
   int initialized = 0, finalized = 0, level = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -120,14 +153,18 @@ std::shared_ptr<Communicator> make_mpi_communicator() {
   PDNG_CHECK(level >= MPI_THREAD_SERIALIZED,
              "MPI was initialized with a thread level below MPI_THREAD_SERIALIZED; the communication thread "
              "needs at least that (mpi4py requests MPI_THREAD_MULTIPLE by default)");
-  return std::make_shared<MpiCommunicator>();
+  // Open MPI's MPI_Comm is a pointer; mpi4py hands it over as an integer (MPI._handleof).
+  static_assert(sizeof(MPI_Comm) == sizeof(uintptr_t), "MPI_Comm must be a handle the size of a pointer");
+  auto as_comm = [](uintptr_t h) { return h ? reinterpret_cast<MPI_Comm>(h) : MPI_COMM_NULL; };
+  PDNG_CHECK(node_comm || !leaders_comm, "a leaders communicator needs a node communicator");
+  return std::make_shared<MpiCommunicator>(as_comm(node_comm), as_comm(leaders_comm));
 }
 
 #else
 
 bool mpi_available() { return false; }
 
-std::shared_ptr<Communicator> make_mpi_communicator() {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t, uintptr_t) {
   throw Error("the CPU backend was built without Open MPI's headers: no native MPI path");
 }
 

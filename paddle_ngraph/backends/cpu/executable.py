@@ -133,7 +133,7 @@ class Specialization:
         if transport is None or transport.size <= 1:
             return
         if transport.name == "MPI" and _native().has_native_mpi():
-            native.use_native_mpi()
+            native.use_native_mpi(*transport.native_comms())
         elif transport.name == "CCL":
             from ... import _ccl
 
@@ -166,6 +166,11 @@ class CPUExecutable(Executable):
                           and n.op_type not in ("Parameter", "Constant")})
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
+
+    @property
+    def communicator(self) -> str:
+        """How the last step's native allreduce reached the other ranks (e.g. hierarchical)."""
+        return self.last.native.communicator if self.last is not None else "none"
 
     def call(self, inputs, transport=None):
         """Runs one step. The outputs are views of the executable's arena, valid until its next call."""

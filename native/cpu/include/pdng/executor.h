@@ -41,6 +41,8 @@ class Communicator {
   virtual void allgather(const void* in, void* out, int64_t count, DType dtype) {
     throw Error("this communicator has no native allgather");
   }
+  // How allreduce() reaches the other ranks, for logs and tests.
+  virtual std::string describe() const { return "native"; }
 };
 
 // Runs one whole collective node (any op type) given its bound inputs and outputs.
@@ -72,6 +74,7 @@ class Executor {
   void set_results(const std::vector<int>& buffers);
   void set_num_inputs(int n) { num_inputs_ = n; }
   void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+  std::string communicator_description() const { return comm_ ? comm_->describe() : "none"; }
   void set_fallback(CollectiveFallback fn, void* context) {
     fallback_ = fn;
     fallback_context_ = context;

@@ -1,8 +1,10 @@
-// The native MPI path of the communication thread: MPI_Allreduce in place on MPI_COMM_WORLD,
+// The native MPI path of the communication thread: MPI_Allreduce in place on MPI_COMM_WORLD, or
+// hierarchical (reduce within the node, allreduce among node leaders, broadcast within the node),
 // called from C++ without Python. MPI must already be initialized (by mpi4py) with at least
 // MPI_THREAD_SERIALIZED, since the communication thread, not the main thread, makes the calls.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "pdng/executor.h"
@@ -12,6 +14,8 @@ namespace pdng {
 // Whether this library was built with Open MPI's headers.
 bool mpi_available();
 // Throws Error if built without MPI, MPI is not initialized, or its thread level is too low.
-std::shared_ptr<Communicator> make_mpi_communicator();
+// node_comm/leaders_comm: MPI_Comm handles as integers (0 = none); node_comm 0 means flat. The
+// communicators must stay alive as long as the communicator and be used by no other thread.
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm = 0, uintptr_t leaders_comm = 0);
 
 }  // namespace pdng
