@@ -35,7 +35,11 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
     every rank stops with a report of the missing ranks and what they have not submitted.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
+
+    With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
+    kernels and collectives are recorded into a Chrome trace per rank (backends/timeline.py).
     """
+    from ..backends.timeline import timeline_from_env
     from ..distributed import initial_sync, resolve_transport
 
     engine_op.library()  # registers the operator before the program refers to it
@@ -43,6 +47,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     session, anchors, fetch = plan(view, fetch_list)
     function = session.function(fetch, name="ngraph_engine")
     transport = resolve_transport(transport, nranks)
+    timeline = timeline_from_env(transport.rank, transport.size)
     passes = []
     if transport.size > 1:
         skip = {n for n, v in view.vars.items() if v.is_distributed}
@@ -60,7 +65,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
 
         watchdog = watchdog_for(transport, timeout_s)
     engine = Engine(function, executable, fetch, transport=transport,
-                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog)
+                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog,
+                    timeline=timeline)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     input_names = [p.name for p in function.parameters]

@@ -8,6 +8,7 @@ the ops left to Paddle read.
 from __future__ import annotations
 
 import itertools
+import time
 import weakref
 
 import numpy as np
@@ -28,8 +29,12 @@ def engines() -> list["Engine"]:
 
 class Engine:
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
-                 watchdog=None):
+                 watchdog=None, timeline=None):
         self.id = next(_ids)
+        # backends/timeline.py (PADDLE_NGRAPH_TIMELINE): the executable's spans of every step.
+        self.timeline = timeline
+        if timeline is not None:
+            executable.set_tracing(True)
         self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
         self.function = function
         self.executable = executable
@@ -114,7 +119,10 @@ class Engine:
         raise ExecutionError(f"step {self.steps}: feeds rejected on rank(s) {bad}, so every rank stops: {details}")
 
     def _step(self, arrays):
+        begin = time.monotonic() if self.timeline is not None else 0.0
         outputs = self.executable.call(arrays, self.transport)
+        if self.timeline is not None:
+            self._record_timeline(begin, time.monotonic())
         stats = getattr(self.executable, "comm_stats", None)
         if stats is not None:
             wait, comm = stats()
@@ -125,3 +133,9 @@ class Engine:
                 np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
         self.steps += 1
         return [(code, outputs[pos]) for code, pos in zip(self.output_codes, self.fetch_positions)]
+
+    def _record_timeline(self, begin: float, end: float):
+        from ..backends.timeline import Span
+
+        call = Span(f"engine {self.id} step {self.steps}", "step", "paddle", begin, end, {})
+        self.timeline.add_step(self.id, self.steps, [call], self.executable.last_spans())
