@@ -5,8 +5,8 @@
     python tools/bench_timeline.py --steps 100          # one process
 
 Each rank transpiles two copies of the same program, the first with the variable unset, the second
-with it set (it is read at transpile), and runs them in alternating rounds of --steps steps, so that
-both see the same machine load. Reported on rank 0: median ms/step of each and their ratio.
+with it set (it is read at transpile), and runs them in alternating short rounds of --steps steps, so
+that both see the same machine load (the machine may be shared). Reported on rank 0: median ms/step of each and their ratio.
 """
 import argparse
 import os
@@ -23,8 +23,8 @@ def main(argv=None):
     p.add_argument("--model", default="mnist_mlp")
     p.add_argument("--backend", default="CPU")
     p.add_argument("--batch-size", type=int, default=64, help="per-rank batch (default 64)")
-    p.add_argument("--steps", type=int, default=50, help="steps per round (default 50)")
-    p.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
+    p.add_argument("--steps", type=int, default=5, help="steps per round (default 5)")
+    p.add_argument("--rounds", type=int, default=60, help="alternating rounds (default 60)")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -52,8 +52,10 @@ def main(argv=None):
     for label, (prog, loss, _) in programs.items():  # warm-up: compilation, start-up sync
         for _ in range(3):
             exe.run(prog, feed=feed, fetch_list=[loss])
+    order = list(programs.items())
     for _ in range(args.rounds):
-        for label, (prog, loss, _) in programs.items():
+        order.reverse()  # on, off, off, on, ...: neither always runs right after the other
+        for label, (prog, loss, _) in order:
             for _ in range(args.steps):
                 start = time.perf_counter()
                 exe.run(prog, feed=feed, fetch_list=[loss])

@@ -4,8 +4,10 @@ thread's kernels overlapped, and how long the compute thread waited for it.
 
     python tools/timeline_summary.py trace.rank0.json [trace.rank1.json ...]
 
-Per bucket, medians over the steps in the file: the transfer (communication thread), the part of it
-during which the compute thread ran kernels (hidden), the Wait step, and their shares. Then per step:
+Per bucket, medians over the steps in the file: how long it waited to be picked up by the
+communication thread after its pack (queued), the transfer there (an MPI allreduce also waits in it
+for the other ranks to join), the part of the transfer during which the compute thread ran kernels
+(hidden) and its share, and the Wait step. Then per step:
 kernel time, pack time, wait time and the step's span on the compute thread.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ def summarize(trace: dict) -> dict:
     for events in by_step.values():
         on_compute = [e for e in events if e["tid"] in compute]
         kernels = [(e["ts"], e["ts"] + e["dur"]) for e in on_compute if e["cat"] not in NOT_KERNELS]
+        packed = {e["args"]["bucket"]: e["ts"] + e["dur"] for e in on_compute if e["cat"] == "pack"}
         for e in events:
             bucket = e["args"].get("bucket")
             if e["cat"] == "transfer" and e["tid"] not in compute:  # the interpreter transfers inline
@@ -43,6 +46,8 @@ def summarize(trace: dict) -> dict:
                 buckets[bucket]["transfer_us"].append(e["dur"])
                 buckets[bucket]["hidden_us"].append(hidden)
                 buckets[bucket]["bytes"].append(e["args"]["bytes"])
+                if bucket in packed:  # handed over -> the communication thread starts on it
+                    buckets[bucket]["queued_us"].append(max(0.0, e["ts"] - packed[bucket]))
             elif e["cat"] == "wait":
                 buckets[bucket]["wait_us"].append(e["dur"])
         if on_compute:
@@ -66,10 +71,11 @@ def main(argv=None):
         with open(path) as f:
             summary = summarize(json.load(f))
         print(f"{path}: {summary['num_steps']} steps (medians)")
-        print(f"  {'bucket':<24} {'bytes':>10} {'transfer us':>12} {'hidden us':>10} {'hidden':>7} {'wait us':>9}")
+        print(f"  {'bucket':<24} {'bytes':>10} {'queued us':>10} {'transfer us':>12} {'hidden us':>10} "
+              f"{'hidden':>7} {'wait us':>9}")
         for bucket, v in sorted(summary["buckets"].items()):
-            print(f"  {bucket:<24} {int(v['bytes']):>10} {v['transfer_us']:>12.1f} {v['hidden_us']:>10.1f} "
-                  f"{v['hidden_share']:>7.0%} {v.get('wait_us', 0.0):>9.1f}")
+            print(f"  {bucket:<24} {int(v['bytes']):>10} {v.get('queued_us', 0.0):>10.1f} {v['transfer_us']:>12.1f} "
+                  f"{v['hidden_us']:>10.1f} {v['hidden_share']:>7.0%} {v.get('wait_us', 0.0):>9.1f}")
         print("  per step: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["steps"].items()))
 
 

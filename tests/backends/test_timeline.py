@@ -12,8 +12,10 @@ from paddle_ngraph.errors import ConfigError
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "timeline_worker.py")
 sys.path.insert(0, os.path.join(HERE, "..", "distributed"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 
 from mpi_util import mpirun  # noqa: E402
+from timeline_summary import summarize  # noqa: E402
 
 STEPS = 5
 KEPT = 3  # PADDLE_NGRAPH_TIMELINE_STEPS: the last 3 of the 5 steps stay in the trace
@@ -113,6 +115,11 @@ def test_two_ranks_write_one_trace_each_with_the_buckets_overlap(tmp_path, backe
         assert meta["rank"] == rank and meta["size"] == 2 and len(meta["buckets"]) >= 2
         assert trace["otherData"]["rank"] == rank
         check_trace(trace, meta, backend)
+        if backend == "CPU":  # tools/timeline_summary.py reads the same trace
+            summary = summarize(trace)
+            assert summary["num_steps"] == KEPT and sorted(summary["buckets"]) == meta["buckets"]
+            for bucket in summary["buckets"].values():
+                assert 0 <= bucket["hidden_us"] <= bucket["transfer_us"] + SLACK_US and bucket["wait_us"] >= 0
     assert not os.path.exists(tmp_path / "trace.json")  # with several ranks only the per-rank files
 
 
