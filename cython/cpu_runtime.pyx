@@ -207,6 +207,17 @@ cdef class NativeExecutable:
         """Wall time of each step of the last run, when profiling is on."""
         return list(self.executor.step_seconds())
 
+    def set_tracing(self, bint on):
+        self.executor.set_tracing(on)
+
+    def last_trace(self):
+        """When tracing is on: ([(begin, end)] per step, [(begin, end)] of each collective's transfer)
+        of the last run, in seconds of the monotonic clock (time.monotonic()'s)."""
+        cdef const vector[double]* steps = &self.executor.step_trace()
+        cdef const vector[double]* transfers = &self.executor.collective_trace()
+        return ([(steps[0][2 * i], steps[0][2 * i + 1]) for i in range(steps.size() // 2)],
+                [(transfers[0][2 * i], transfers[0][2 * i + 1]) for i in range(transfers.size() // 2)])
+
     @property
     def arena_bytes(self):
         return self.executor.arena_bytes()

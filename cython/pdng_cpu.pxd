@@ -61,6 +61,9 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         int64_t collectives_completed()
         void set_profiling(bool)
         const vector[double]& step_seconds()
+        void set_tracing(bool)
+        const vector[double]& step_trace()
+        const vector[double]& collective_trace()
 
 
 cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:

@@ -48,6 +48,16 @@ class Executable:
         collectives in submission order, how many were submitted, how many completed)."""
         return [], 0, 0
 
+    tracing = False
+
+    def set_tracing(self, on: bool):
+        """Record the spans of each call, for the timeline (backends/timeline.py)."""
+        self.tracing = bool(on)
+
+    def last_spans(self):
+        """The ``timeline.Span``s of the last call (any iterable of them) when tracing is on."""
+        return []
+
 
 def collective_tensor_names(node, users) -> list[str]:
     """Names of a collective's outputs for messages: 'param@GRAD' where an update reads it."""

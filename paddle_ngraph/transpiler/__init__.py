@@ -46,7 +46,11 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     when the ranks span several nodes and some node has more than one rank. A node is a host name,
     or ``PADDLE_NGRAPH_NODE_ID`` where set. oneCCL picks topology-aware algorithms itself.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
+
+    With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
+    kernels and collectives are recorded into a Chrome trace per rank (backends/timeline.py).
     """
+    from ..backends.timeline import timeline_from_env
     from ..distributed import initial_sync, resolve_transport
 
     engine_op.library()  # registers the operator before the program refers to it
@@ -58,6 +62,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
     if hierarchical not in HIERARCHICAL_MODES:
         raise ConfigError(f"hierarchical: unknown mode {hierarchical!r}; valid: {', '.join(HIERARCHICAL_MODES)}")
+    timeline = timeline_from_env(transport.rank, transport.size)
     passes, sharding = [], None
     if transport.size > 1:
         transport.set_hierarchical(hierarchical)
@@ -84,7 +89,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
 
         watchdog = watchdog_for(transport, timeout_s)
     engine = Engine(function, executable, fetch, transport=transport,
-                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded)
+                    on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
+                    timeline=timeline)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     input_names = [p.name for p in function.parameters[:engine.num_inputs]]

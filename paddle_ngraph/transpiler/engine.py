@@ -8,6 +8,7 @@ the ops left to Paddle read.
 from __future__ import annotations
 
 import itertools
+import time
 import weakref
 
 import numpy as np
@@ -28,8 +29,12 @@ def engines() -> list["Engine"]:
 
 class Engine:
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
-                 watchdog=None, sharded=None):
+                 watchdog=None, sharded=None, timeline=None):
         self.id = next(_ids)
+        # backends/timeline.py (PADDLE_NGRAPH_TIMELINE): the executable's spans of every step.
+        self.timeline = timeline
+        if timeline is not None:
+            executable.set_tracing(True)
         self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
         # ZeRO-1 (sharded_state.py): this rank's slices of parameters and optimizer state, the
         # function's last parameters; Paddle's operator passes the ones before them.
@@ -122,7 +127,10 @@ class Engine:
             if self.sharded.stale:
                 self.sharded.pull({p.name: a for p, a in zip(self.function.parameters, arrays)})
             arrays = list(arrays) + self.sharded.arrays
+        begin = time.monotonic() if self.timeline is not None else 0.0
         outputs = self.executable.call(arrays, self.transport)
+        if self.timeline is not None:
+            self._record_timeline(begin, time.monotonic())
         stats = getattr(self.executable, "comm_stats", None)
         if stats is not None:
             wait, comm = stats()
@@ -133,3 +141,9 @@ class Engine:
                 np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
         self.steps += 1
         return [(code, outputs[pos]) for code, pos in zip(self.output_codes, self.fetch_positions)]
+
+    def _record_timeline(self, begin: float, end: float):
+        from ..backends.timeline import Span
+
+        call = Span(f"engine {self.id} step {self.steps}", "step", "paddle", begin, end, {})
+        self.timeline.add_step(self.id, self.steps, [call], self.executable.last_spans())

@@ -222,9 +222,15 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
   comm_seconds_ = 0;
   int started = 0, waited = 0;
   if (profiling_) step_seconds_.assign(steps_.size(), 0.0);
+  const bool tracing = tracing_;  // fixed for the whole run: the communication thread reads it too
+  if (tracing) {
+    step_trace_.assign(2 * steps_.size(), 0.0);
+    collective_trace_.assign(2 * collectives_.size(), 0.0);
+  }
   for (size_t index = 0; index < steps_.size(); ++index) {
     auto& step = steps_[index];
-    const double step_start = profiling_ ? now_seconds() : 0.0;
+    const double step_start = profiling_ || tracing ? now_seconds() : 0.0;
+    double packed = 0.0;  // a Start step's end in the trace
     switch (step.kind) {
       case StepKind::Compute:
         try {
@@ -243,7 +249,10 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
           if (src != dst) std::memcpy(dst, src, static_cast<size_t>(buffers_[c.out[i]].nbytes));
         }
         c.done = false;
+        c.traced = tracing;
         c.error.clear();
+        // The pack ends where the thread may begin: the trace must not show the transfer first.
+        if (tracing) packed = now_seconds();
         {
           std::lock_guard<std::mutex> lock(mutex_);
           queue_.push_back(step.collective);
@@ -274,7 +283,14 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
         break;
       }
     }
-    if (profiling_) step_seconds_[index] = now_seconds() - step_start;
+    if (profiling_ || tracing) {
+      const double step_end = now_seconds();
+      if (profiling_) step_seconds_[index] = step_end - step_start;
+      if (tracing) {
+        step_trace_[2 * index] = step_start;
+        step_trace_[2 * index + 1] = step.kind == StepKind::Start ? packed : step_end;
+      }
+    }
   }
 }
 
@@ -324,6 +340,7 @@ void Executor::comm_loop() {
       queue_.pop_front();
     }
     Collective& c = collectives_[index];
+    const bool tracing = c.traced;
     double t0 = now_seconds();
     std::string error;
     try {
@@ -335,6 +352,10 @@ void Executor::comm_loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       comm_seconds_ += elapsed;
+      if (tracing) {
+        collective_trace_[2 * index] = t0;
+        collective_trace_[2 * index + 1] = t0 + elapsed;
+      }
       c.error = error;
       c.done = true;
     }

@@ -24,6 +24,7 @@ from ...passes.eliminate_duplicates import EliminateDuplicates
 from ...passes.fuse_matmul_bias import FuseMatMulBias
 from ...passes.liveness import COLLECTIVES, IN_PLACE_COLLECTIVES, Liveness
 from ...passes.memory_plan import MemoryPlan
+from .. import timeline
 from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
 from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
 
@@ -67,6 +68,7 @@ class Specialization:
         self.collectives = []
         self.native = self._build(threads)
         self.labels = collective_labels(function, self.collectives)
+        self._trace_descriptions = None
         self.progress_base = (0, 0)  # the native counters at the start of the running step
 
     def _build(self, threads: int):
@@ -125,6 +127,33 @@ class Specialization:
             native.use_fallback(self._run_collective)
             self._use_native_communicator(native)
         return native
+
+    def trace_descriptions(self) -> list:
+        """What each native step, then each collective's transfer, is in the timeline: (name,
+        category, thread, args), in the order of native.last_trace()."""
+        if self._trace_descriptions is None:
+            described = []
+            for step in self.liveness.steps:
+                node = step.node
+                if step.kind == "compute":
+                    described.append((node.name, timeline.update_category(node) or node.op_type, "compute", {}))
+                else:
+                    bucket = timeline.bucket_of(node)
+                    args = {"bucket": bucket, "bytes": timeline.collective_bytes(node)}
+                    # Start packs the bucket into its region on the compute thread and queues it;
+                    # the outputs are views of that region, so no unpack step exists.
+                    kind = "pack" if step.kind == "start" else "wait"
+                    described.append((f"{kind} {bucket}", kind, "compute", args))
+            for node in self.collectives:
+                bucket = timeline.bucket_of(node)
+                described.append((f"{node.op_type} {bucket}", "transfer", "comm",
+                                  {"bucket": bucket, "bytes": timeline.collective_bytes(node), "op": node.op_type}))
+            self._trace_descriptions = described
+        return self._trace_descriptions
+
+    def last_spans(self) -> "timeline.Spans":
+        step_times, transfer_times = self.native.last_trace()
+        return timeline.Spans(self.trace_descriptions(), step_times + transfer_times)
 
     def _use_native_communicator(self, native):
         """AllReduce from C++ on the communication thread where the transport allows: MPI directly,
@@ -209,6 +238,16 @@ class CPUExecutable(Executable):
             return 0.0, 0.0
         return self.last.native.last_wait_seconds, self.last.native.last_comm_seconds
 
+    def set_tracing(self, on: bool):
+        self.tracing = bool(on)
+        for specialization in self._specializations.values():
+            specialization.native.set_tracing(self.tracing)
+
+    def last_spans(self) -> list:
+        if not self.tracing or self.last is None:
+            return []
+        return self.last.last_spans()
+
     def _specialization(self, arrays, transport) -> Specialization:
         signature = tuple(a.shape for a in arrays)
         if transport is not self._transport:
@@ -221,6 +260,7 @@ class CPUExecutable(Executable):
         shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
         found = Specialization(clone_function(self.function, shapes), self.threads, transport, self.inplace_results,
                                self.check_finite)
+        found.native.set_tracing(self.tracing)
         self._specializations[signature] = found
         if len(self._specializations) > _MAX_SPECIALIZATIONS:
             self._specializations.popitem(last=False)

@@ -5,12 +5,15 @@ the node being executed.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ...errors import ExecutionError, NgraphError
 from ...ir import Function
 from ...ir.ops.collective import COLLECTIVE_OPS
 from ...ir.ops.core import Parameter
+from .. import timeline
 from ..base import Backend, Executable, collective_labels, register_backend
 from .kernels import KERNELS
 
@@ -27,6 +30,7 @@ class InterpreterExecutable(Executable):
         self.collective_ids = {n.id for n in collectives}
         self.labels = collective_labels(function, collectives)
         self.submitted = self.completed = 0  # of the running call, for the stall watchdog
+        self._spans = timeline.Spans()  # of the last call, when tracing
         # Last position at which each node's outputs are read; results are kept to the end.
         last_use: dict[int, int] = {}
         for pos, node in enumerate(self.nodes):
@@ -50,12 +54,17 @@ class InterpreterExecutable(Executable):
         for p, value in zip(params, inputs):
             values[p.id] = [value]
         self.submitted = self.completed = 0
+        tracing = self.tracing
+        spans = self._spans = timeline.Spans()
         for pos, node in enumerate(self.nodes):
             args = [values[i.node.id][i.index] for i in node.inputs]
             collective = node.id in self.collective_ids
             self.submitted += collective
             try:
+                begin = time.monotonic() if tracing else 0.0
                 outs = KERNELS[node.op_type](node, args, transport)
+                if tracing:
+                    spans.add(self._describe(node, collective), begin, time.monotonic())
                 self.completed += collective
             except NgraphError as e:
                 if node.name in str(e):
@@ -70,6 +79,18 @@ class InterpreterExecutable(Executable):
             for node_id in self.free_after[pos]:
                 values.pop(node_id, None)
         return [values[o.node.id][o.index] for o in self.function.results.values()]
+
+    @staticmethod
+    def _describe(node, collective: bool):
+        """The node's place in the timeline; collectives are synchronous here, on the one thread."""
+        if collective:
+            bucket = timeline.bucket_of(node)
+            return (f"{node.op_type} {bucket}", "transfer", "compute",
+                    {"bucket": bucket, "bytes": timeline.collective_bytes(node), "op": node.op_type})
+        return node.name, timeline.update_category(node) or node.op_type, "compute", {}
+
+    def last_spans(self):
+        return self._spans if self.tracing else timeline.Spans()
 
 
 @register_backend("INTERPRETER")

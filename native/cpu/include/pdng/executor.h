@@ -105,6 +105,15 @@ class Executor {
   // Per-step wall time of the last run (seconds; Wait steps included), when profiling is on.
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<double>& step_seconds() const { return step_seconds_; }
+  // Timeline (PADDLE_NGRAPH_TIMELINE): when on, each run records when every step began and ended
+  // on the compute thread, and when each collective's transfer began and ended on the
+  // communication thread. Seconds of std::chrono::steady_clock (CLOCK_MONOTONIC: Python's
+  // time.monotonic() reads the same clock). Off, the cost is one bool test per step.
+  void set_tracing(bool on) { tracing_ = on; }
+  // [begin0, end0, begin1, end1, ...] per step of the last run, in step order.
+  const std::vector<double>& step_trace() const { return step_trace_; }
+  // [begin, end] of the transfer per collective (add_collective_start order) of the last run.
+  const std::vector<double>& collective_trace() const { return collective_trace_; }
 
  private:
   enum class BufferKind { Arena, Input, Constant, View };
@@ -124,6 +133,7 @@ class Executor {
     bool native = false;  // the communicator reduces it; otherwise the fallback runs it
     // Written by the communication thread, read after done.
     bool done = false;
+    bool traced = false;  // set by the Start step: the thread records its transfer's times
     std::string error;
   };
   enum class StepKind { Compute, Start, Wait };
@@ -171,6 +181,10 @@ class Executor {
   bool check_finite_ = false;
   void check_finite(const Collective& c) const;
   std::vector<double> step_seconds_;
+  bool tracing_ = false;
+  // Sized at the start of a traced run (no allocation after the first); the communication thread
+  // writes a collective's pair before marking it done, the compute thread reads after its Wait.
+  std::vector<double> step_trace_, collective_trace_;
 };
 
 }  // namespace pdng
