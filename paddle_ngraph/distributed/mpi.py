@@ -133,6 +133,15 @@ class MpiTransport(Transport):
         self.comm.Allgather(array.view(np.uint8), out.view(np.uint8))
         return out
 
+    def alltoall(self, array):
+        flat = np.ascontiguousarray(array).reshape(-1)
+        if flat.size % self.size:
+            raise TransportError(f"rank {self.rank}: alltoall of {flat.size} elements, not a multiple of "
+                                 f"{self.size} ranks")
+        out = np.empty_like(flat)
+        self.comm.Alltoall(flat.view(np.uint8), out.view(np.uint8))
+        return out
+
     def send(self, array, peer, tag=0):
         self.comm.Send(np.ascontiguousarray(array).view(np.uint8), dest=peer, tag=tag)
 

@@ -22,7 +22,8 @@ __all__ = ["transpile", "engines"]
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60):
+              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60,
+              compress: str = "none"):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -31,6 +32,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
     ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
+    ``compress``: ``bf16`` or ``fp16``: float32 gradients travel as 16-bit values, summed and
+    averaged in float32, the same bits on every rank (``none``: float32 on the wire).
     ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
     ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
     every rank stops with a report of the missing ranks and what they have not submitted.
@@ -47,7 +50,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if transport.size > 1:
         skip = {n for n, v in view.vars.items() if v.is_distributed}
         passes.append(InsertAllReduce(transport.size, bucket_bytes=int(bucket_mb * (1 << 20)),
-                                      reduction=reduction, skip_params=skip, min_buckets=min_buckets))
+                                      reduction=reduction, skip_params=skip, min_buckets=min_buckets,
+                                      compress=compress))
     PassManager(passes).run(function)
     names = {p.name for p in function.parameters}
     state = {r: r[len(STATE_PREFIX):] for r in function.results

@@ -38,6 +38,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, global batch")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"])
+    p.add_argument("--backend", default=None, choices=[None, "CPU", "INTERPRETER"])
     args = p.parse_args()
     paddle.enable_static()
     transport = make_transport("null" if args.reference else None)
@@ -57,7 +59,8 @@ def main():
             with paddle.static.scope_guard(scope):
                 exe.run(startup)
                 if not args.reference:
-                    paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb)
+                    paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
+                                            compress=args.compress, backend=args.backend)
                 losses = []
                 for step in range(args.steps):
                     if args.reference:

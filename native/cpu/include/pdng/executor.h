@@ -32,6 +32,15 @@ class Communicator {
   // Whether allreduce() handles this dtype and reduction; if not, the fallback runs the node.
   virtual bool supports_allreduce(DType dtype, const std::string& reduction) const = 0;
   virtual void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) = 0;
+  // The compressed AllReduce of float32 (compress "bf16" or "fp16", reduction sum or avg): the scheme
+  // of paddle_ngraph/distributed/compress.py, the same bits. Where not supported, the fallback runs it.
+  virtual bool supports_compressed_allreduce(const std::string& reduction, const std::string& compress) const {
+    return false;
+  }
+  virtual void compressed_allreduce(float* data, int64_t count, const std::string& reduction,
+                                    const std::string& compress) {
+    throw Error("this communicator has no compressed AllReduce");
+  }
 };
 
 // Runs one whole collective node (any op type) given its bound inputs and outputs.
