@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nranks", type=int, default=1, help="data-parallel ranks; > 1 inserts AllReduce (default: 1)")
     p.add_argument("--bucket-mb", type=float, default=32.0,
                    help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient (default: 32)")
+    p.add_argument("--compress", choices=("none", "bf16", "fp16"), default="none",
+                   help="wire format of float32 gradient AllReduce (as the compress config key; default: none)")
     p.add_argument("--bandwidth", type=float, default=10.0,
                    help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
     p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
@@ -400,16 +402,18 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         return ["Data parallel: 1 rank, no AllReduce inserted (use --nranks N to insert them)"]
     bucket_bytes = int(args.bucket_mb * (1 << 20))
     lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
-             f"reduction={allreduce_pass.reduction}) inserted {len(reduces)} AllReduce node(s)"]
+             f"reduction={allreduce_pass.reduction}, compress={allreduce_pass.compress}) inserted {len(reduces)} AllReduce node(s)"]
     if not reduces:
         lines.append("  no optimizer update consumes a gradient: nothing to reduce")
         return lines
     position = {x.id: i for i, x in enumerate(nodes)}
     users = function.users()
-    total = 0
+    total = wire = 0
     for k, r in enumerate(reduces):
         nbytes = sum(i.type.nbytes() for i in r.inputs)
         total += nbytes
+        # A compressed bucket travels as 2-byte values (alltoall + allgather: the ring's 2*(N-1)/N).
+        wire += nbytes // 2 if r.attrs.get("compress", "none") != "none" else nbytes
         params = allreduce_pass.buckets[k] if k < len(allreduce_pass.buckets) else []
         consumers = users.get(r.id, [])
         lines.append(f"  {r.attrs['bucket'] or '(no bucket)'}: {r.name}, {len(r.inputs)} gradient(s), "
@@ -418,10 +422,11 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         lines.append(f"    parameters: {', '.join(params) or '-'}")
         lines.append("    after:  " + ", ".join(f"{i.node.name} ({i.node.op_type})" for i in r.inputs))
         lines.append("    before: " + (", ".join(f"{u.name} ({u.op_type})" for u in consumers) or "-"))
-    per_rank = 2 * (n - 1) / n * total
+    per_rank = 2 * (n - 1) / n * wire
     seconds = per_rank / (args.bandwidth * 1e9)
     lines.append(f"  gradient bytes per step: {total:,} ({_human_bytes(total)}) in {len(reduces)} bucket(s)")
-    lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes): "
+    lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes"
+                 + (", 16-bit compressed buckets at half their bytes" if wire != total else "") + "): "
                  f"{per_rank:,.0f} ({_human_bytes(per_rank)})")
     lines.append(f"  ring lower bound at {args.bandwidth:g} GB/s: {_human_time(seconds)} per step "
                  f"(bandwidth term only; latency and reduction compute not included)")
@@ -488,7 +493,8 @@ def run(args) -> int:
     except Exception as e:  # ConversionError, or anything a converter raised
         raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
 
-    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
+    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg",
+                                compress=args.compress)
     try:
         PassManager([allreduce], dump_dir=args.passes).run(function)
     except OSError as e:

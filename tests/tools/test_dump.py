@@ -281,3 +281,12 @@ def test_script_help():
     assert proc.returncode == 0, proc.stderr
     assert "usage: paddle-ngraph-dump" in proc.stdout
     assert "examples:" in proc.stdout and "exit codes:" in proc.stdout and "--nranks" in proc.stdout
+
+
+def test_compress_is_shown_and_halves_the_bytes_sent(saved, capsys, tmp_path):
+    text = tmp_path / "f.txt"
+    rc, out, _ = run_tool(capsys, saved["legacy"], "--nranks", "2", "--compress", "bf16", "--report", "-o", text)
+    assert rc == 0
+    assert "compress='bf16'" in text.read_text()
+    assert "compress=bf16" in out
+    assert f"16-bit compressed buckets at half their bytes): {GRAD_BYTES // 2:,}" in out
