@@ -62,10 +62,11 @@ def reduce_in_rank_order(encoded: np.ndarray, fmt: str, reduction: str) -> np.nd
     their final rounding to 16 bits."""
     parts = decode(encoded, fmt).reshape(encoded.shape)
     total = parts[0].copy()
-    for row in parts[1:]:
-        total += row  # float32, rank order: the same sequence of roundings on every rank
-    if reduction == "avg":
-        total /= np.float32(parts.shape[0])
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are values like any other here
+        for row in parts[1:]:
+            total += row  # float32, rank order: the same sequence of roundings on every rank
+        if reduction == "avg":
+            total /= np.float32(parts.shape[0])
     return total
 
 

@@ -19,10 +19,11 @@ SIZES = [1, 2, 5, 1000, 65537]  # element counts of the bucket; most are not div
 
 
 def inputs(rank, n):
-    """Gradient-like values over many binades, plus values near the fp16 limits and ties."""
+    """Gradient-like values over many binades, plus fp16 limits, ties, float32 denormals, NaN, inf."""
     rng = np.random.default_rng(7919 * rank + n)
     x = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 12, n))).astype(np.float32)
-    special = np.float32([65504, 40000, 1 + 2 ** -8, 1 + 2 ** -11, 2 ** -24, -3e-8, 0.0])
+    special = np.float32([65504, 40000, 1 + 2 ** -8, 1 + 2 ** -11, 2 ** -24, -3e-8, 0.0, 1e-40, -2e-39, np.nan, np.inf,
+                          -np.inf, 3e38])
     k = min(n, special.size)
     x[:k] = special[(rank + np.arange(k)) % special.size]
     return x

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "pdng/half_encoding.h"
+#include "pdng/half_codec.h"
 
 #ifdef PDNG_WITH_MPI
 #include <mpi.h>
@@ -30,6 +30,15 @@ MPI_Op mpi_op(const std::string& reduction) {
   if (reduction == "min") return MPI_MIN;
   if (reduction == "max") return MPI_MAX;
   return MPI_OP_NULL;
+}
+
+// fn(begin, end) over [0, n) in blocks, on OpenMP threads when there is enough work.
+template <class Fn>
+void in_blocks(int64_t n, const Fn& fn) {
+  const int64_t block = int64_t{1} << 16;
+  const int64_t blocks = (n + block - 1) / block;
+  // Serial on purpose: the communication thread runs beside the compute thread, whose cores it should not take.
+  for (int64_t k = 0; k < blocks; ++k) fn(k * block, std::min(n, (k + 1) * block));
 }
 
 template <class T>
@@ -65,7 +74,7 @@ class MpiCommunicator : public Communicator {
   // element's result depends only on the N inputs, so every rank (and the reference) has the same bits.
   void compressed_allreduce(float* data, int64_t count, const std::string& reduction,
                             const std::string& compress) override {
-    const bool bf16 = compress == "bf16", avg = reduction == "avg";
+    const HalfFormat format = compress == "bf16" ? HalfFormat::BF16 : HalfFormat::FP16;
     const int n = size_;
     // Segments keep each rank's chunk below 2^28 elements (MPI counts are int); elements are independent,
     // so segmenting does not change any result.
@@ -74,31 +83,30 @@ class MpiCommunicator : public Communicator {
       const int64_t segment = std::min(max_segment, count - done);
       const int64_t chunk = (segment + n - 1) / n;
       float* x = data + done;
-      send_.assign(static_cast<size_t>(chunk * n), 0);  // the padding encodes 0.0
-      uint16_t* send = send_.data();
-#pragma omp parallel for if (segment > (1 << 16))
-      for (int64_t i = 0; i < segment; ++i) send[i] = bf16 ? encode_bf16(x[i]) : encode_fp16(x[i]);
+      send_.resize(static_cast<size_t>(chunk * n));
       recv_.resize(send_.size());
-      check(MPI_Alltoall(send, static_cast<int>(chunk), MPI_UINT16_T, recv_.data(), static_cast<int>(chunk),
-                         MPI_UINT16_T, MPI_COMM_WORLD), "MPI_Alltoall", count, compress);
       mine_.resize(static_cast<size_t>(chunk));
+      sum_.resize(static_cast<size_t>(chunk));
+      uint16_t* send = send_.data();
       const uint16_t* recv = recv_.data();
       uint16_t* mine = mine_.data();
+      float* sum = sum_.data();
+      in_blocks(segment, [&](int64_t b, int64_t e) { encode_half(x + b, send + b, e - b, format); });
+      std::fill(send + segment, send + chunk * n, uint16_t{0});  // the padding encodes 0.0
+      check(MPI_Alltoall(send, static_cast<int>(chunk), MPI_UINT16_T, recv_.data(), static_cast<int>(chunk),
+                         MPI_UINT16_T, MPI_COMM_WORLD), "MPI_Alltoall", count, compress);
       const float divisor = static_cast<float>(n);
-#pragma omp parallel for if (chunk > (1 << 16))
-      for (int64_t i = 0; i < chunk; ++i) {
-        float total = bf16 ? decode_bf16(recv[i]) : decode_fp16(recv[i]);
-        for (int r = 1; r < n; ++r) {  // rank order, as the reference
-          const uint16_t v = recv[r * chunk + i];
-          total += bf16 ? decode_bf16(v) : decode_fp16(v);
-        }
-        if (avg) total = total / divisor;  // as the uncompressed avg: sum / size
-        mine[i] = bf16 ? encode_bf16(total) : encode_fp16(total);
-      }
+      const bool avg = reduction == "avg";
+      in_blocks(chunk, [&](int64_t b, int64_t e) {
+        decode_half(recv + b, sum + b, e - b, format);
+        for (int r = 1; r < n; ++r) accumulate_half(recv + r * chunk + b, sum + b, e - b, format);  // rank order
+        if (avg)
+          for (int64_t i = b; i < e; ++i) sum[i] = sum[i] / divisor;  // as the uncompressed avg: sum / size
+        encode_half(sum + b, mine + b, e - b, format);
+      });
       check(MPI_Allgather(mine, static_cast<int>(chunk), MPI_UINT16_T, send, static_cast<int>(chunk), MPI_UINT16_T,
                           MPI_COMM_WORLD), "MPI_Allgather", count, compress);
-#pragma omp parallel for if (segment > (1 << 16))
-      for (int64_t i = 0; i < segment; ++i) x[i] = bf16 ? decode_bf16(send[i]) : decode_fp16(send[i]);
+      in_blocks(segment, [&](int64_t b, int64_t e) { decode_half(send + b, x + b, e - b, format); });
     }
   }
 
@@ -140,6 +148,7 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   // Scratch of the compressed AllReduce, reused: only the communication thread calls it.
   std::vector<uint16_t> send_, recv_, mine_;
+  std::vector<float> sum_;
 };
 
 }  // namespace
