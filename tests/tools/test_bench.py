@@ -29,3 +29,15 @@ def test_bench_help():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "torch-ddp" in proc.stdout
+
+
+def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
+                           "--models", "mnist_mlp", "--systems", "ngraph-cpu", "--ranks", "2", "--compress", "bf16",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["compress"] == "bf16"
+    assert report["results"][0]["result"]["status"] == "ok"
