@@ -110,3 +110,21 @@ def test_a_program_without_an_optimizer_update_cannot_accumulate():
         loss = paddle.mean(paddle.static.nn.fc(x, 2))
     with pytest.raises(ConfigError, match="no optimizer update"):
         paddle_ngraph.transpile(main, backend="INTERPRETER", fetch_list=[loss], accumulate_steps=2)
+
+
+def test_a_checkpoint_between_micro_steps_is_refused_and_after_the_kth_is_written(tmp_path):
+    from paddle_ngraph.checkpoint import CheckpointError, save_checkpoint
+
+    with ir_guard("legacy"):
+        main, startup, _, loss = build_program("mnist_mlp", "sgd", lr=LR["sgd"])
+        scope = paddle.static.Scope()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            paddle_ngraph.transpile(main, backend="INTERPRETER", accumulate_steps=2)
+            micro, _ = micro_batches(0)
+            exe.run(main, feed={"x": micro[0][0], "y": micro[0][1]}, fetch_list=[loss])
+            with pytest.raises(CheckpointError, match="after micro-step 1 of 2"):
+                save_checkpoint(main, str(tmp_path), step=1, rank=0)
+            exe.run(main, feed={"x": micro[1][0], "y": micro[1][1]}, fetch_list=[loss])
+            assert save_checkpoint(main, str(tmp_path), step=1, rank=0) is not None
