@@ -25,7 +25,8 @@ timed steps, median step), samples/s over all ranks, scaling efficiency against 
 1 rank, the share of allreduce time hidden behind the backward pass (ngraph systems), peak RSS per
 rank, and the machine's sgemm GFLOP/s and memcpy GB/s measured in the same run, next to each
 model's FLOP-bound step time. Then tools/bench_allreduce.py on 2 ranks (allreduce bus bandwidth
-by message size: the CPU backend's native path, the transports, bare mpi4py).
+by message size: the CPU backend's native path, uncompressed and with bf16/fp16 compression, the
+transports, bare mpi4py). --compress bf16|fp16 runs the ngraph systems with compressed gradients.
 
 Output: --out (JSON), the same table as Markdown (--out with .md), and PNG plots (matplotlib):
 <out>_throughput.png (samples/s per model, system and rank count) and <out>_allreduce.png.
@@ -76,7 +77,7 @@ def worker(args) -> dict:
 
             backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
             paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage,
-                                    accumulate_steps=int(args.accumulate_steps))
+                                    compress=args.compress, accumulate_steps=int(args.accumulate_steps))
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
@@ -269,8 +270,8 @@ def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
-                       "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--result-dir", tmp,
-                       "--accumulate-steps", str(accumulate_steps)]
+                       "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
+                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps)]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
         env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
@@ -403,7 +404,8 @@ def run_allreduce_bench(args) -> list:
         out = os.path.join(tmp, "allreduce.json")
         cmd = [venv_bin("mpirun"), "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
                os.path.join(HERE, "bench_allreduce.py"), "--json", out, "--repeats", "3" if args.smoke else "10",
-               "--max-bytes", str(1 << 20 if args.smoke else 64 << 20)]
+               "--max-bytes", str(1 << 20 if args.smoke else 64 << 20),
+               "--systems", "native,native-bf16,native-fp16,ccl,mpi,mpi4py"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                               env=dict(os.environ, GLOG_minloglevel="2"))
         if proc.returncode != 0 or not os.path.exists(out):
@@ -509,6 +511,8 @@ def main(argv=None) -> int:
     parser.add_argument("--accumulate-steps", default="1",
                         help="comma-separated accumulate_steps k for the ngraph systems (e.g. 1,2,4): a step is "
                              "k micro-batches of --batch and one update; other systems run k=1 only")
+    parser.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"],
+                        help="wire format of the ngraph systems' float32 gradients (the compress key; default none)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
     parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")
@@ -555,7 +559,8 @@ def main(argv=None) -> int:
 
     limits = measure_limits()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
-              "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "limits": limits,
+              "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "compress": args.compress,
+              "limits": limits,
               "results": []}
     configs = [(model, system, n, k) for model in models for system in systems for n in ranks
                for k in (accumulate if system.startswith("ngraph") else [1])]

@@ -10,6 +10,11 @@ traffic per rank, the figure NCCL's and Horovod's benchmarks report).
 Systems: ``native`` is what training uses: a one-node function (an AllReduce bucket) run
 by the CPU backend, reduced in place from C++ on its communication thread (MPI_Allreduce);
 ``mpi`` and ``ccl`` the Python transports; ``mpi4py`` a bare comm.Allreduce.
+``native-bf16`` and ``native-fp16`` are the native path with ``compress`` (16-bit values on the wire,
+MPI_Alltoall + float32 sum + MPI_Allgather), ``mpi-bf16``/``mpi-fp16`` the same scheme in the
+NumPy reference over the MPI transport. Their bus bandwidth counts the float32 bytes reduced (the
+gradient the step needs), so it compares with the float32 rows as time does; ``wire MB`` is what
+each rank sends: 2(n-1)/n * bytes for float32 (ring), half that for the 16-bit rows.
 """
 import argparse
 import json
@@ -25,7 +30,8 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest message (default 4 KB)")
     p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message (default 64 MB)")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size (default 10)")
-    p.add_argument("--systems", default="native,ccl,mpi,mpi4py", help="comma-separated: native, ccl, mpi, mpi4py")
+    p.add_argument("--systems", default="native,ccl,mpi,mpi4py", help="comma-separated: native, ccl, mpi, mpi4py, "
+                   "native-bf16, native-fp16, mpi-bf16, mpi-fp16")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (rank 0)")
     return p.parse_args(argv)
 
@@ -41,13 +47,14 @@ def timed(fn, repeats):
     return times[len(times) // 2]
 
 
-def native_allreduce(data, transport):
+def native_allreduce(data, transport, compress="none"):
     """One AllReduce bucket compiled by the CPU backend: what a training step runs."""
     from paddle_ngraph.backends import get_backend
     from paddle_ngraph.ir import Function, ops
 
     x = ops.Parameter(dtype="float32", shape=data.shape, name="grad")
-    function = Function([x], {"reduced": ops.AllReduce(x.output(), reduction="sum").output(0)})
+    reduce = ops.AllReduce(x.output(), reduction="sum", compress=compress)
+    function = Function([x], {"reduced": reduce.output(0)})
     executable = get_backend("CPU").compile(function)
     return lambda: executable.call([data], transport)
 
@@ -77,9 +84,14 @@ def main(argv=None):
                 print("ccl: not built, skipped", flush=True)
         elif name == "mpi4py":
             systems["mpi4py"] = None
-        elif name == "native":
-            systems["native"] = "native"
-    native_transport = MpiTransport() if "native" in systems else None
+        elif name in ("native", "native-bf16", "native-fp16"):
+            systems[name] = "native"
+        elif name in ("mpi-bf16", "mpi-fp16"):
+            systems[name] = "compressed"
+        else:
+            print(f"unknown system '{name}'", file=sys.stderr)
+            return 2
+    native_transport = MpiTransport() if any(t in ("native", "compressed") for t in systems.values()) else None
     n = comm.size
     sizes = []
     size = args.min_bytes
@@ -88,7 +100,8 @@ def main(argv=None):
         size *= 4
     results = []
     if comm.rank == 0:
-        print(f"{'system':8s} {'bytes':>10s} {'median ms':>10s} {'bus GB/s':>9s}   ({n} ranks)", flush=True)
+        print(f"{'system':11s} {'bytes':>10s} {'median ms':>10s} {'bus GB/s':>9s} {'wire MB':>8s}   ({n} ranks)",
+              flush=True)
     for nbytes in sizes:
         data = np.ones(nbytes // 4, dtype=np.float32)
         out = np.empty_like(data)
@@ -96,15 +109,20 @@ def main(argv=None):
             if transport is None:
                 fn = lambda: comm.Allreduce(data, out, op=MPI.SUM)  # noqa: E731
             elif transport == "native":
-                fn = native_allreduce(data, native_transport)
+                fn = native_allreduce(data, native_transport, name.partition("-")[2] or "none")
+            elif transport == "compressed":
+                fmt = name.partition("-")[2]
+                fn = lambda f=fmt: native_transport.allreduce_compressed([data], "sum", f)  # noqa: E731
             else:
                 fn = lambda t=transport: t.allreduce(data, "sum")  # noqa: E731
             comm.Barrier()
             seconds = comm.allreduce(timed(fn, args.repeats), op=MPI.MAX)
             bus = 2 * (n - 1) / n * nbytes / seconds / 1e9
-            results.append({"system": name, "bytes": nbytes, "ms": seconds * 1e3, "bus_GBps": bus, "ranks": n})
+            wire = 2 * (n - 1) / n * nbytes / (2 if name.endswith(("bf16", "fp16")) else 1)
+            results.append({"system": name, "bytes": nbytes, "ms": seconds * 1e3, "bus_GBps": bus, "ranks": n,
+                            "wire_bytes_per_rank": wire})
             if comm.rank == 0:
-                print(f"{name:8s} {nbytes:10d} {seconds * 1e3:10.3f} {bus:9.2f}", flush=True)
+                print(f"{name:11s} {nbytes:10d} {seconds * 1e3:10.3f} {bus:9.2f} {wire / 1e6:8.2f}", flush=True)
     if comm.rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -206,6 +206,19 @@ class MpiTransport(Transport):
                                  f"failed: {e.Get_error_string()}") from None
         return _average(out, self.size, False) if reduction == "avg" else out
 
+    def alltoall(self, array):
+        flat = np.ascontiguousarray(array).reshape(-1)
+        if flat.size % self.size:
+            raise TransportError(f"rank {self.rank}: alltoall of {flat.size} elements, not a multiple of "
+                                 f"{self.size} ranks")
+        out = np.empty_like(flat)
+        try:
+            self.comm.Alltoall(flat.view(np.uint8), out.view(np.uint8))
+        except self.MPI.Exception as e:
+            raise TransportError(f"rank {self.rank}: MPI_Alltoall ({flat.dtype}, {flat.size} elements) "
+                                 f"failed: {e.Get_error_string()}") from None
+        return out
+
     def send(self, array, peer, tag=0):
         self.comm.Send(np.ascontiguousarray(array).view(np.uint8), dest=peer, tag=tag)
 

@@ -50,6 +50,18 @@ class Transport:
         chunk = array.shape[0] // self.size
         return np.ascontiguousarray(full[self.rank * chunk:(self.rank + 1) * chunk])
 
+    def alltoall(self, array: np.ndarray) -> np.ndarray:
+        """Block r (of ``size`` equal blocks of the flat array) goes to rank r; returns the blocks
+        received, in rank order. This default moves every rank's whole array (an allgather):
+        correct, but ``size`` times the bytes; transports with a native all-to-all override it."""
+        flat = np.ascontiguousarray(array).reshape(-1)
+        if flat.size % self.size:
+            raise TransportError(f"rank {self.rank}: alltoall of {flat.size} elements, not a multiple of "
+                                 f"{self.size} ranks")
+        block = flat.size // self.size
+        everything = self.allgather(flat.reshape(1, -1)).reshape(self.size, -1)
+        return np.ascontiguousarray(everything[:, self.rank * block:(self.rank + 1) * block]).reshape(-1)
+
     def send(self, array: np.ndarray, peer: int, tag: int = 0):
         raise NotImplementedError
 
@@ -79,6 +91,15 @@ class Transport:
         node) where the transport implements it (MPI); returns whether it is used. Others: flat.
         oneCCL chooses topology-aware algorithms itself."""
         return False
+
+    def allreduce_compressed(self, arrays: list[np.ndarray], reduction: str, fmt: str,
+                             name: str = "") -> list[np.ndarray]:
+        """A bucket of float32 tensors reduced as 16-bit values (distributed/compress.py)."""
+        from .compress import compressed_allreduce
+
+        if not arrays:
+            return []
+        return unflatten(compressed_allreduce(self, flatten(arrays), reduction, fmt, name), arrays)
 
     def check_reduction(self, reduction: str):
         if reduction not in REDUCTIONS:

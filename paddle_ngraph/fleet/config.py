@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError
+from ..ir.ops.collective import COMPRESSIONS
 
 ENV_PREFIX = "PADDLE_NGRAPH_"
 CONFIG_FILE_ENV = "PADDLE_NGRAPH_CONFIG"
@@ -53,6 +54,7 @@ SCHEMA: dict[str, Option] = {
     "bucket_mb": Option("number", minimum=0),
     "min_buckets": Option("int", minimum=1),
     "reduction": Option("str", choices=REDUCTIONS, case="lower"),
+    "compress": Option("str", choices=COMPRESSIONS, case="lower"),
     "threads": Option("int", minimum=0),
     "check_finite": Option("bool"),
     "zero_stage": Option("int", choices=(0, 1)),

@@ -127,12 +127,13 @@ class NgraphOptimizer(MetaOptimizerBase):
         self.program = loss.block.program
         transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
                   bucket_mb=config["bucket_mb"], min_buckets=config["min_buckets"], reduction=config["reduction"],
-                  threads=config["threads"], check_finite=config["check_finite"],
+                  compress=config["compress"], threads=config["threads"], check_finite=config["check_finite"],
                   timeout_s=config["timeout_s"], zero_stage=config["zero_stage"],
                   accumulate_steps=config["accumulate_steps"],
                   hierarchical=config["hierarchical"])
-        log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d",
-                 self.transport.rank, self.transport.size, config["backend"], self.transport.name, config["zero_stage"])
+        log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d, "
+                 "compress %s", self.transport.rank, self.transport.size, config["backend"], self.transport.name,
+                 config["zero_stage"], config["compress"])
         return optimize_ops, params_grads
 
 

@@ -15,13 +15,19 @@ CPU backend starts each bucket's AllReduce as soon as it is complete).
 
 Averaging is the AllReduce's ``avg`` reduction: the transport sums, then scales
 by 1/N once, so that the update sees the mean gradient of the global batch.
+
+``compress`` (bf16|fp16) marks the float32 buckets' AllReduce to travel as 16-bit
+values (summed in float32, distributed/compress.py); buckets of other dtypes are
+left uncompressed, since the scheme is defined for float32 accumulation only.
 """
 from __future__ import annotations
 
 from ..ir import Function
+from ..errors import ConfigError
 from ..ir.ops import AllReduce
-from ..ir.ops.collective import COLLECTIVE_OPS
+from ..ir.ops.collective import COLLECTIVE_OPS, COMPRESSIONS
 from ..ir.ops.optimizer import OptimizerUpdate
+from ..ir.types import DType
 from .base import FunctionPass
 
 
@@ -29,7 +35,12 @@ class InsertAllReduce(FunctionPass):
     name = "insert_allreduce"
 
     def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=(),
-                 min_buckets: int = 1):
+                 min_buckets: int = 1, compress: str = "none"):
+        if compress not in COMPRESSIONS:
+            raise ConfigError(f"insert_allreduce: compress '{compress}' is not one of {', '.join(COMPRESSIONS)}")
+        if compress != "none" and reduction not in ("sum", "avg"):
+            raise ConfigError(f"insert_allreduce: compress '{compress}' needs reduction sum or avg, not '{reduction}'")
+        self.compress = compress
         self.nranks = nranks
         self.bucket_bytes = bucket_bytes
         self.min_buckets = max(1, int(min_buckets))
@@ -65,7 +76,9 @@ class InsertAllReduce(FunctionPass):
             size += nbytes
         for i, bucket in enumerate(buckets):
             grads = [u.inputs[u.grad_input] for u in bucket]
-            reduce = AllReduce(*grads, reduction=self.reduction, bucket=f"grad_bucket_{i}", name=f"allreduce_bucket_{i}")
+            compress = self.compress if grads[0].dtype == DType.float32 else "none"
+            reduce = AllReduce(*grads, reduction=self.reduction, bucket=f"grad_bucket_{i}", compress=compress,
+                               name=f"allreduce_bucket_{i}")
             for j, update in enumerate(bucket):
                 update.inputs[update.grad_input] = reduce.output(j)
             self.buckets.append([u.inputs[u.param_input].node.name for u in bucket])

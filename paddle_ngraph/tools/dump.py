@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient (default: 32)")
     p.add_argument("--zero-stage", type=int, choices=(0, 1), default=0,
                    help="1: shard the optimizer state (ZeRO-1: ReduceScatter, update of a slice, AllGather) (default: 0)")
+    p.add_argument("--compress", choices=("none", "bf16", "fp16"), default="none",
+                   help="wire format of float32 gradient AllReduce (as the compress config key; default: none)")
     p.add_argument("--bandwidth", type=float, default=10.0,
                    help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
     p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
@@ -422,17 +424,19 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         return ["Data parallel: 1 rank, no AllReduce inserted (use --nranks N to insert them)"]
     bucket_bytes = int(args.bucket_mb * (1 << 20))
     lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
-             f"reduction={allreduce_pass.reduction}) inserted {len(reduces)} AllReduce node(s)"]
+             f"reduction={allreduce_pass.reduction}, compress={allreduce_pass.compress}) inserted {len(reduces)} AllReduce node(s)"]
     if not reduces:
         lines.append("  every gradient is reduce-scattered instead (ZeRO-1, below)" if getattr(args, "sharding", None)
                      else "  no optimizer update consumes a gradient: nothing to reduce")
         return lines
     position = {x.id: i for i, x in enumerate(nodes)}
     users = function.users()
-    total = 0
+    total = wire = 0
     for k, r in enumerate(reduces):
         nbytes = sum(i.type.nbytes() for i in r.inputs)
         total += nbytes
+        # A compressed bucket travels as 2-byte values (alltoall + allgather: the ring's 2*(N-1)/N).
+        wire += nbytes // 2 if r.attrs.get("compress", "none") != "none" else nbytes
         params = allreduce_pass.buckets[k] if k < len(allreduce_pass.buckets) else []
         consumers = users.get(r.id, [])
         lines.append(f"  {r.attrs['bucket'] or '(no bucket)'}: {r.name}, {len(r.inputs)} gradient(s), "
@@ -441,10 +445,11 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         lines.append(f"    parameters: {', '.join(params) or '-'}")
         lines.append("    after:  " + ", ".join(f"{i.node.name} ({i.node.op_type})" for i in r.inputs))
         lines.append("    before: " + (", ".join(f"{u.name} ({u.op_type})" for u in consumers) or "-"))
-    per_rank = 2 * (n - 1) / n * total
+    per_rank = 2 * (n - 1) / n * wire
     seconds = per_rank / (args.bandwidth * 1e9)
     lines.append(f"  gradient bytes per step: {total:,} ({_human_bytes(total)}) in {len(reduces)} bucket(s)")
-    lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes): "
+    lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes"
+                 + (", 16-bit compressed buckets at half their bytes" if wire != total else "") + "): "
                  f"{per_rank:,.0f} ({_human_bytes(per_rank)})")
     lines.append(f"  ring lower bound at {args.bandwidth:g} GB/s: {_human_time(seconds)} per step "
                  f"(bandwidth term only; latency and reduction compute not included)")
@@ -511,7 +516,8 @@ def run(args) -> int:
     except Exception as e:  # ConversionError, or anything a converter raised
         raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
 
-    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
+    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg",
+                                compress=args.compress)
     passes = [allreduce]
     if args.zero_stage == 1:
         from ..passes.shard_optimizer import ShardOptimizer

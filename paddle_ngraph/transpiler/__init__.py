@@ -28,7 +28,7 @@ __all__ = ["transpile", "engines"]
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
               min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
-              hierarchical: str = "auto", accumulate_steps: int = 1):
+              hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -37,6 +37,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
     ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
     ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
+    ``compress``: ``bf16`` or ``fp16``: float32 gradients travel as 16-bit values, summed and
+    averaged in float32, the same bits on every rank (``none``: float32 on the wire).
     ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
     ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
     every rank stops with a report of the missing ranks and what they have not submitted.
@@ -49,7 +51,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``accumulate_steps``: k > 1 accumulates the gradients of k ``exe.run`` calls (micro-batches)
     and makes one AllReduce and optimizer update on the k-th, with their mean: equal to one step
     on the k-times larger batch for a mean loss. Calls 1..k-1 leave parameters unchanged; the loss
-    is returned on every call.
+    is returned on every call. Combines with ``zero_stage`` and ``compress``: their collectives
+    carry the averaged accumulated gradients on the k-th call.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
 
     With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
@@ -67,6 +70,10 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
     if hierarchical not in HIERARCHICAL_MODES:
         raise ConfigError(f"hierarchical: unknown mode {hierarchical!r}; valid: {', '.join(HIERARCHICAL_MODES)}")
+    if zero_stage == 1 and compress != "none":
+        # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
+        raise ConfigError(f"compress: {compress!r} cannot be combined with zero_stage 1 (the sharded buckets are "
+                          f"reduce-scattered in float32); set one of them")
     timeline = timeline_from_env(transport.rank, transport.size)
     original = function
     if check_steps(accumulate_steps) > 1:
@@ -83,7 +90,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         if zero_stage == 1:
             sharding = ShardOptimizer(transport.size, **buckets)
             passes.append(sharding)
-        passes.append(InsertAllReduce(transport.size, **buckets))
+        passes.append(InsertAllReduce(transport.size, compress=compress, **buckets))
     PassManager(passes).run(function)
     sharded = None
     if sharding is not None and sharding.buckets:

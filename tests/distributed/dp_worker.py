@@ -46,6 +46,7 @@ def main():
     p.add_argument("--hierarchical", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="pretend ranks r with equal r // k share a node (PADDLE_NGRAPH_NODE_ID)")
+    p.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"])
     args = p.parse_args()
     if args.ranks_per_node:
         os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // args.ranks_per_node)
@@ -69,7 +70,8 @@ def main():
                 if not args.reference:
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
                                             zero_stage=args.zero_stage, backend=args.backend,
-                                            hierarchical=args.hierarchical, accumulate_steps=args.accumulate_steps)
+                                            hierarchical=args.hierarchical, compress=args.compress,
+                                            accumulate_steps=args.accumulate_steps)
                 losses = []
                 for step in range(args.steps):
                     if args.reference:

@@ -17,7 +17,7 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, hierarchical, log_level, min_buckets, reduction, threads, "
+VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, compress, hierarchical, log_level, min_buckets, reduction, threads, "
               "timeout_s, transport, zero_stage")
 
 
@@ -45,9 +45,9 @@ def test_configs_are_validated_normalized_and_merged():
     s = fleet.DistributedStrategy()
     s.ngraph_configs = {"transport": "MPI", "bucket_mb": 8}
     s.ngraph_configs = {"backend": "interpreter", "reduction": "SUM", "threads": 2, "timeout_s": 1.5,
-                        "log_level": "info"}
+                        "log_level": "info", "compress": "BF16"}
     assert s.ngraph_configs == {"transport": "mpi", "bucket_mb": 8, "backend": "INTERPRETER", "reduction": "sum",
-                                "threads": 2, "timeout_s": 1.5, "log_level": "INFO"}
+                                "threads": 2, "timeout_s": 1.5, "log_level": "INFO", "compress": "bf16"}
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -65,6 +65,7 @@ def test_configs_are_validated_normalized_and_merged():
     ({"backend": "GPU"}, "unknown backend 'GPU'; valid: CPU, INTERPRETER"),
     ({"transport": "tcp"}, "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
     ({"reduction": "max"}, "unknown reduction 'max'; valid: avg, sum"),
+    ({"compress": "int8"}, "unknown compress 'int8'; valid: none, bf16, fp16"),
     ({"log_level": "loud"}, "unknown log_level 'LOUD'; valid: DEBUG, INFO, WARNING, ERROR, CRITICAL"),
     ([("bucket_mb", 8)], "must be a dict of configuration values, got list; " + VALID_KEYS),
 ])
@@ -117,7 +118,7 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 # --- precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > PADDLE_NGRAPH_CONFIG file > defaults ---------
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
-                                      "reduction": "avg", "threads": 0, "check_finite": False, "timeout_s": 60,
+                                      "reduction": "avg", "compress": "none", "threads": 0, "check_finite": False, "timeout_s": 60,
                                       "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto",
                                       "accumulate_steps": 1}
 

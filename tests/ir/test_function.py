@@ -82,3 +82,22 @@ def test_text_form_lists_every_node():
     text = to_text(small_function())
     assert "mm = MatMul(x, w)" in text and "-> float32[?x3]" in text
     assert "return out = mean:0 float32[3]" in text
+
+
+def test_allreduce_compress_is_validated_and_shown():
+    a = ops.Parameter(dtype="float32", shape=(2,), name="a")
+    d = ops.Parameter(dtype="float64", shape=(2,), name="d")
+    for compress in ("none", "bf16", "fp16"):
+        assert ops.AllReduce(a.output(), reduction="avg", compress=compress).attrs["compress"] == compress
+    with pytest.raises(ValidationError, match="'ar'.*compress 'int8' is not one of"):
+        ops.AllReduce(a.output(), compress="int8", name="ar")
+    with pytest.raises(ValidationError, match="'ar'.*needs float32 inputs; input 0 is float64"):
+        ops.AllReduce(d.output(), compress="bf16", name="ar")
+    with pytest.raises(ValidationError, match="'ar'.*needs reduction sum or avg, not 'max'"):
+        ops.AllReduce(a.output(), reduction="max", compress="fp16", name="ar")
+    r = ops.AllReduce(a.output(), reduction="avg", compress="bf16", name="ar")
+    f = Function([a], {"out": r.output()}, name="f")
+    assert "compress='bf16'" in to_text(f)
+    assert from_json(to_json(f)).ordered_nodes()[-1].attrs["compress"] == "bf16"
+    plain = Function([a], {"out": ops.AllReduce(a.output(), name="plain").output()}, name="g")
+    assert "compress" not in to_text(plain)  # the default is not shown

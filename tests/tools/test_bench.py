@@ -56,3 +56,15 @@ def test_bench_accumulate_tool_reports_every_k():
     lines = proc.stdout.splitlines()
     rows = [l.split() for l in lines[lines.index(next(l for l in lines if l.lstrip().startswith("k "))) + 1:]]
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00" and all(float(r[2]) > 0 for r in rows)
+
+
+def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
+                           "--models", "mnist_mlp", "--systems", "ngraph-cpu", "--ranks", "2", "--compress", "bf16",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["compress"] == "bf16"
+    assert report["results"][0]["result"]["status"] == "ok"

@@ -294,3 +294,12 @@ def test_zero_stage_1_shows_reduce_scatter_slices_and_state_per_rank(capsys, tmp
     assert f"{elements:,} elements, {-(-elements // 4):,} per rank" in out
     full = 2 * GRAD_BYTES  # Adam: two moments per parameter
     assert f"instead of {full:,}" in out and f"optimizer state per rank: {2 * 4 * -(-elements // 4):,} bytes" in out
+
+
+def test_compress_is_shown_and_halves_the_bytes_sent(saved, capsys, tmp_path):
+    text = tmp_path / "f.txt"
+    rc, out, _ = run_tool(capsys, saved["legacy"], "--nranks", "2", "--compress", "bf16", "--report", "-o", text)
+    assert rc == 0
+    assert "compress='bf16'" in text.read_text()
+    assert "compress=bf16" in out
+    assert f"16-bit compressed buckets at half their bytes): {GRAD_BYTES // 2:,}" in out

@@ -106,3 +106,11 @@ def test_unknown_hierarchical_mode_is_a_config_error():
     main, _, _, _ = build_program("mnist_mlp", "sgd", lr=0.03)
     with pytest.raises(ConfigError, match="hierarchical: unknown mode 'maybe'; valid: auto, on, off"):
         paddle_ngraph.transpile(main, hierarchical="maybe")
+
+
+def test_compress_with_zero_stage_1_is_a_config_error_naming_both():
+    from paddle_ngraph.errors import ConfigError
+
+    main, _, _, _ = build_program("mnist_mlp", "adam", lr=0.03)
+    with pytest.raises(ConfigError, match="compress: 'bf16' cannot be combined with zero_stage 1"):
+        paddle_ngraph.transpile(main, compress="bf16", zero_stage=1)

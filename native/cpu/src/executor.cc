@@ -370,7 +370,15 @@ void Executor::run_collective(Collective& c) {
     const std::string reduction = c.node.attrs.get_string("reduction");
     if (one_process) return;  // every reduction over one rank is the identity (avg: sum / 1)
     const TensorDesc& first = c.node.inputs.at(0);
-    if (comm_->supports_allreduce(first.dtype, reduction)) {
+    const std::string compress = c.node.attrs.has("compress") ? c.node.attrs.get_string("compress") : "none";
+    if (compress != "none") {
+      if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(reduction, compress)) {
+        int64_t count = 0;
+        for (const auto& d : c.node.inputs) count += d.numel();
+        comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), count, reduction, compress);
+        return;
+      }
+    } else if (comm_->supports_allreduce(first.dtype, reduction)) {
       int64_t count = 0;
       for (const auto& d : c.node.inputs) count += d.numel();
       comm_->allreduce(resolved_[c.region], count, first.dtype, reduction);

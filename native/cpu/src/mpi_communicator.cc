@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "pdng/half_codec.h"
 
 #ifdef PDNG_WITH_MPI
 #include <mpi.h>
@@ -28,6 +31,15 @@ MPI_Op mpi_op(const std::string& reduction) {
   if (reduction == "min") return MPI_MIN;
   if (reduction == "max") return MPI_MAX;
   return MPI_OP_NULL;
+}
+
+// fn(begin, end) over [0, n) in blocks, on OpenMP threads when there is enough work.
+template <class Fn>
+void in_blocks(int64_t n, const Fn& fn) {
+  const int64_t block = int64_t{1} << 16;
+  const int64_t blocks = (n + block - 1) / block;
+  // Serial on purpose: the communication thread runs beside the compute thread, whose cores it should not take.
+  for (int64_t k = 0; k < blocks; ++k) fn(k * block, std::min(n, (k + 1) * block));
 }
 
 template <class T>
@@ -73,6 +85,53 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_size(node_, &node_size);
     return "hierarchical: rank " + std::to_string(node_rank_) + " of " + std::to_string(node_size) +
            " in its node, " + (node_rank_ == 0 ? "leader of " + std::to_string(leaders_size_) + " nodes" : "not a leader");
+  }
+
+  bool supports_compressed_allreduce(const std::string& reduction, const std::string& compress) const override {
+    return (reduction == "sum" || reduction == "avg") && (compress == "bf16" || compress == "fp16");
+  }
+
+  // The scheme of paddle_ngraph/distributed/compress.py: 16-bit chunks exchanged by MPI_Alltoall, each
+  // rank sums its chunk in float32 in rank order, rounds it to 16 bits once, MPI_Allgather. Every
+  // element's result depends only on the N inputs, so every rank (and the reference) has the same bits.
+  void compressed_allreduce(float* data, int64_t count, const std::string& reduction,
+                            const std::string& compress) override {
+    const HalfFormat format = compress == "bf16" ? HalfFormat::BF16 : HalfFormat::FP16;
+    const int n = size_;
+    // Segments keep each rank's chunk below 2^28 elements (MPI counts are int); elements are independent,
+    // so segmenting does not change any result.
+    const int64_t max_segment = (int64_t{1} << 28) * n;
+    for (int64_t done = 0; done < count; done += max_segment) {
+      const int64_t segment = std::min(max_segment, count - done);
+      const int64_t chunk = (segment + n - 1) / n;
+      float* x = data + done;
+      send_.resize(static_cast<size_t>(chunk * n));
+      recv_.resize(send_.size());
+      mine_.resize(static_cast<size_t>(chunk));
+      sum_.resize(static_cast<size_t>(chunk));
+      uint16_t* send = send_.data();
+      const uint16_t* recv = recv_.data();
+      uint16_t* mine = mine_.data();
+      float* sum = sum_.data();
+      in_blocks(segment, [&](int64_t b, int64_t e) { encode_half(x + b, send + b, e - b, format); });
+      std::fill(send + segment, send + chunk * n, uint16_t{0});  // the padding encodes 0.0
+      check(MPI_Alltoall(send, static_cast<int>(chunk), MPI_UINT16_T, recv_.data(), static_cast<int>(chunk),
+                         MPI_UINT16_T, MPI_COMM_WORLD), ("MPI_Alltoall of the " + compress + " AllReduce").c_str(), rank_, count,
+            DType::Float32);
+      const float divisor = static_cast<float>(n);
+      const bool avg = reduction == "avg";
+      in_blocks(chunk, [&](int64_t b, int64_t e) {
+        decode_half(recv + b, sum + b, e - b, format);
+        for (int r = 1; r < n; ++r) accumulate_half(recv + r * chunk + b, sum + b, e - b, format);  // rank order
+        if (avg)
+          for (int64_t i = b; i < e; ++i) sum[i] = sum[i] / divisor;  // as the uncompressed avg: sum / size
+        encode_half(sum + b, mine + b, e - b, format);
+      });
+      check(MPI_Allgather(mine, static_cast<int>(chunk), MPI_UINT16_T, send, static_cast<int>(chunk), MPI_UINT16_T,
+                          MPI_COMM_WORLD), ("MPI_Allgather of the " + compress + " AllReduce").c_str(), rank_, count,
+            DType::Float32);
+      in_blocks(segment, [&](int64_t b, int64_t e) { decode_half(send + b, x + b, e - b, format); });
+    }
   }
 
   void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) override {
@@ -138,6 +197,9 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, node_rank_ = 0, leaders_size_ = 0;
+  // Scratch of the compressed AllReduce, reused: only the communication thread calls it.
+  std::vector<uint16_t> send_, recv_, mine_;
+  std::vector<float> sum_;
 };
 
 }  // namespace

@@ -9,9 +9,12 @@ from __future__ import annotations
 from ..node import Node, register_op
 from ..types import DType, TensorType
 
-__all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COLLECTIVE_OPS"]
+__all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COMPRESSIONS",
+           "COLLECTIVE_OPS"]
 
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+# Wire formats of a compressed AllReduce (distributed/compress.py): "none" sends float32 as is.
+COMPRESSIONS = ("none", "bf16", "fp16")
 # Every op type of this module: the ops that communicate.
 COLLECTIVE_OPS = frozenset(__all__[:6])
 
@@ -29,13 +32,24 @@ class Collective(Node):
 
 @register_op
 class AllReduce(Collective):
+    """``compress`` (bf16|fp16) sends float32 tensors as 16-bit values and sums them in float32,
+    with the same bits on every rank (distributed/compress.py); only sum and avg, only float32."""
+
     op_type = "AllReduce"
-    attributes = {"reduction": "sum", "bucket": ""}
+    attributes = {"reduction": "sum", "bucket": "", "compress": "none"}
 
     def infer(self):
-        self.check(self.attrs["reduction"] in REDUCTIONS,
-                   f"reduction '{self.attrs['reduction']}' is not one of {REDUCTIONS}")
-        return super().infer()
+        reduction, compress = self.attrs["reduction"], self.attrs["compress"]
+        self.check(reduction in REDUCTIONS, f"reduction '{reduction}' is not one of {REDUCTIONS}")
+        self.check(compress in COMPRESSIONS, f"compress '{compress}' is not one of {COMPRESSIONS}")
+        types = super().infer()
+        if compress != "none":
+            self.check(reduction in ("sum", "avg"),
+                       f"compress '{compress}' needs reduction sum or avg, not '{reduction}'")
+            for i, t in enumerate(types):
+                self.check(t.dtype == DType.float32,
+                           f"compress '{compress}' needs float32 inputs; input {i} is {t.dtype.value}")
+        return types
 
 
 @register_op

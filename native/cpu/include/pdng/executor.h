@@ -43,6 +43,16 @@ class Communicator {
   }
   // How allreduce() reaches the other ranks, for logs and tests.
   virtual std::string describe() const { return "native"; }
+
+  // The compressed AllReduce of float32 (compress "bf16" or "fp16", reduction sum or avg): the scheme
+  // of paddle_ngraph/distributed/compress.py, the same bits. Where not supported, the fallback runs it.
+  virtual bool supports_compressed_allreduce(const std::string& reduction, const std::string& compress) const {
+    return false;
+  }
+  virtual void compressed_allreduce(float* data, int64_t count, const std::string& reduction,
+                                    const std::string& compress) {
+    throw Error("this communicator has no compressed AllReduce");
+  }
 };
 
 // Runs one whole collective node (any op type) given its bound inputs and outputs.

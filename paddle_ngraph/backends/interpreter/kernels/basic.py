@@ -255,7 +255,10 @@ def _require_transport(node, transport):
 def _allreduce(node, args, transport):
     if transport is None or transport.size == 1:
         return [np.array(a, copy=True) for a in args]
-    return transport.allreduce_many(args, node.attrs["reduction"], name=node.attrs["bucket"] or node.name)
+    name = node.attrs["bucket"] or node.name
+    if node.attrs.get("compress", "none") != "none":
+        return transport.allreduce_compressed(args, node.attrs["reduction"], node.attrs["compress"], name=name)
+    return transport.allreduce_many(args, node.attrs["reduction"], name=name)
 
 
 @kernel("Broadcast")
