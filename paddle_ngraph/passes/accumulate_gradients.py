@@ -7,13 +7,17 @@ micro-batches of B with a mean loss equal one step on the batch of kB.
 
 From the training function this builds, on copies (the original is left as it is):
 
-- ``accumulate``: forward and backward, ``acc_out = acc_in + grad`` for every gradient an
-  optimizer update consumes; no update, so no parameter or optimizer-state result (the Engine
-  then leaves those variables as they are); state the forward pass itself updates (batch norm's
-  running statistics) is kept, as Paddle's gradient merge updates it on every micro-batch.
-- ``apply``: forward and backward, each update's gradient replaced by ``(acc_in + grad) / k``.
-  The AllReduce pass runs on this one afterwards, so the collectives carry the averaged
-  accumulated gradients and run once per k micro-steps.
+- ``apply`` (``build_apply``, first): forward and backward, each update's gradient replaced by
+  ``(acc_in + grad) / k``. The collective passes (AllReduce, compression, or ZeRO-1's
+  reduce-scatter, sliced update and allgather) then rewrite this one like any training function,
+  so the collectives carry the averaged accumulated gradients and run once per k micro-steps.
+- ``accumulate`` (``build_accumulate``, after those passes): forward and backward,
+  ``acc_out = acc_in + grad`` for every gradient an optimizer update consumes; no update, so no
+  parameter or optimizer-state result (the Engine then leaves those variables as they are); state
+  the forward pass itself updates (batch norm's running statistics) is kept, as Paddle's gradient
+  merge updates it on every micro-batch. It takes the apply variant's Paddle inputs in the same
+  order, since one Paddle operator feeds both (ZeRO-1 moves the moments out of them; without an
+  update, this variant does not read them).
 
 The accumulators are extra parameters (after the function's own, one per update, named
 ``ACCUMULATOR_PREFIX + parameter``) owned by the Engine, zeroed after each apply step; the
