@@ -58,6 +58,7 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
     """
     import paddle
 
+    _check_no_pending_accumulation(step)
     sharded = _sharded_engines()
     for engine in sharded:  # ZeRO-1: every rank takes part in gathering the full optimizer state
         engine.sharded.push_full(engine.transport)
@@ -68,6 +69,20 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
     finally:
         for engine in sharded:
             engine.sharded.release()
+
+
+def _check_no_pending_accumulation(step: int):
+    """Accumulated gradients live only in the engine: a checkpoint taken between the micro-steps of
+    an update would silently drop them on resume. Every rank has made the same calls, so every rank
+    raises alike."""
+    from .transpiler import engines
+
+    for engine in engines():
+        pending = engine.steps % engine.accumulate_steps
+        if pending:
+            raise CheckpointError(f"checkpoint step {step}: engine {engine.id} is after micro-step {pending} of "
+                                  f"{engine.accumulate_steps} (accumulate_steps); its accumulated gradients are not "
+                                  f"saved: save after the {engine.accumulate_steps}-th call of an update")
 
 
 def _sharded_engines():

@@ -15,6 +15,11 @@ Systems (each on the same model, per-rank batch and random data):
 The peers run the same four models rebuilt in dygraph and in torch (tools/bench_models.py, same
 layers and parameter counts, tested in tests/tools/test_bench_models.py).
 
+With --accumulate-steps 1,2,4 the ngraph systems also run with gradient accumulation: a step is then
+k exe.run calls of the per-rank batch (k micro-batches, one AllReduce and update), its samples k
+times the batch; "comm" is the share of the step the communication thread spent in collectives
+(ngraph-cpu), so the rows of one run show what accumulating pays and saves.
+
 Per configuration: median and spread of ms/step over repeats (each repeat: warm-up, then --steps
 timed steps, median step), samples/s over all ranks, scaling efficiency against the same system on
 1 rank, the share of allreduce time hidden behind the backward pass (ngraph systems), peak RSS per
@@ -72,13 +77,20 @@ def worker(args) -> dict:
 
             backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
             paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage,
-                                    compress=args.compress)
+                                    compress=args.compress, accumulate_steps=int(args.accumulate_steps))
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
         feeds = [make_batch(args.model, args.batch, rng) for _ in range(4)]
+        # One timed step = k calls (micro-batches) with accumulation: one optimizer update.
+        k = int(args.accumulate_steps) if engine is not None else 1
+
+        def step(i):
+            for j in range(k):
+                exe.run(main, feed=feeds[(i * k + j) % 4], fetch_list=[loss])
+
         for i in range(args.warmup):
-            exe.run(main, feed=feeds[i % 4], fetch_list=[loss])
+            step(i)
         repeats = []
         for _ in range(args.repeats):
             if engine is not None:
@@ -86,9 +98,9 @@ def worker(args) -> dict:
             times = []
             for i in range(args.steps):
                 t0 = time.perf_counter()
-                exe.run(main, feed=feeds[i % 4], fetch_list=[loss])
+                step(i)
                 times.append(time.perf_counter() - t0)
-            repeat = {"ms_per_step": 1e3 * float(np.median(times))}
+            repeat = {"ms_per_step": 1e3 * float(np.median(times)), "mean_ms_per_step": 1e3 * float(np.mean(times))}
             if engine is not None and engine.comm_seconds > 0:
                 repeat["hidden_share"] = max(0.0, 1.0 - engine.wait_seconds / engine.comm_seconds)
                 repeat["comm_ms_per_step"] = 1e3 * engine.comm_seconds / args.steps
@@ -236,30 +248,30 @@ def unsupported(system: str, model: str, ranks: int) -> str | None:
     return None
 
 
-def run_config(system, model, ranks, args) -> dict:
+def run_config(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
     """One configuration; a failed run is tried once more, and the first failure is kept in the result
     (torchrun's gloo rendezvous, for one, fails now and then on a loaded machine)."""
     reason = unsupported(system, model, ranks)
     if reason:
         return {"status": "not run", "reason": reason}
-    result = run_once(system, model, ranks, args)
+    result = run_once(system, model, ranks, args, accumulate_steps)
     for _ in range(args.retries):
         if result["status"] != "failed":
             break
         first = result["reason"]
         print(f"  failed ({first[-200:]}); trying once more", file=sys.stderr, flush=True)
         time.sleep(5)  # let the failed run's sockets and processes go
-        result = run_once(system, model, ranks, args)
+        result = run_once(system, model, ranks, args, accumulate_steps)
         result["earlier_failure"] = first
     return result
 
 
-def run_once(system, model, ranks, args) -> dict:
+def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
-                       "--result-dir", tmp]
+                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps)]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
         env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
@@ -275,10 +287,11 @@ def run_once(system, model, ranks, args) -> dict:
                                for f in sorted(os.listdir(log_dir)))
             tail = (proc.stderr + proc.stdout + logs).strip().splitlines()[-6:]
             return {"status": "failed", "reason": " | ".join(tail)}
-    return summarize(results, ranks, args.batch)
+    return summarize(results, ranks, args.batch * accumulate_steps)
 
 
 def summarize(results: list[dict], ranks: int, batch: int) -> dict:
+    """``batch``: samples per rank and step (k micro-batches with accumulation)."""
     import numpy as np
 
     # A step of the job lasts as long as its slowest rank's.
@@ -293,6 +306,9 @@ def summarize(results: list[dict], ranks: int, batch: int) -> dict:
         out["hidden_share"] = float(np.median(hidden))
         out["comm_ms_per_step"] = float(np.median([rep["comm_ms_per_step"] for r in results for rep in r["repeats"]
                                                    if "comm_ms_per_step" in rep]))
+        # comm time is summed over a repeat's steps: compare it with the mean step, not the median.
+        out["comm_share"] = float(np.median([rep["comm_ms_per_step"] / rep["mean_ms_per_step"] for r in results
+                                             for rep in r["repeats"] if "comm_ms_per_step" in rep]))
     return out
 
 
@@ -360,7 +376,7 @@ def print_table(report: dict):
     for row in report["results"]:
         r = row["result"]
         if r["status"] != "ok":
-            print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {'-':>9s} {'':15s} {'':10s} {'':7s} "
+            print(f"{row['model']:18s} {system_label(row):14s} {row['ranks']:5d} {'-':>9s} {'':15s} {'':10s} {'':7s} "
                   f"{'':6s} {'':7s}  {r['status']}: {r['reason'][:110]}")
             continue
         spread = f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f}"
@@ -371,8 +387,15 @@ def print_table(report: dict):
             note += " (second try; the first failed)"
         if r.get("optimizer_state_mb"):
             note += f" optimizer state {r['optimizer_state_mb']:.2f} MB/rank"
-        print(f"{row['model']:18s} {row['system']:14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
+        if "comm_share" in r:
+            note += f" comm {100 * r['comm_share']:.0f}% of the step"
+        print(f"{row['model']:18s} {system_label(row):14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
               f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
+
+
+def system_label(row: dict) -> str:
+    k = row.get("accumulate_steps", 1)
+    return row["system"] + (f" k={k}" if k > 1 else "")
 
 
 def run_allreduce_bench(args) -> list:
@@ -396,20 +419,21 @@ def write_markdown(report: dict, path: str):
     lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
              f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
              f"{report['optimizer']}, median of {report['repeats']} repeats of {report['steps']} steps.", "",
-             "| model | system | ranks | ms/step | spread | samples/s | scaling | hidden comm | peak RSS MB | FLOP bound ms |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| model | system | ranks | ms/step | spread | samples/s | scaling | hidden comm | comm share | peak RSS MB | FLOP bound ms |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in report["results"]:
         r = row["result"]
         if r["status"] != "ok":
-            lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | |")
+            lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | | |")
             continue
         if "earlier_failure" in r:
-            lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | first try failed: "
-                         f"{r['earlier_failure'][-150:]} | | | | | | |")
-        lines.append(f"| {row['model']} | {row['system']} | {row['ranks']} | {r['ms_per_step']:.2f} | "
+            lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | first try failed: "
+                         f"{r['earlier_failure'][-150:]} | | | | | | | |")
+        lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | {r['ms_per_step']:.2f} | "
                      f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f} | {r['samples_per_s']:.0f} | "
                      f"{r.get('scaling', float('nan')):.2f} | "
                      f"{(str(round(100 * r['hidden_share'])) + '%') if 'hidden_share' in r else ''} | "
+                     f"{(str(round(100 * r['comm_share'])) + '%') if 'comm_share' in r else ''} | "
                      f"{r['peak_rss_mb']:.0f} | {r.get('flop_bound_ms', float('nan')):.2f} |")
     if report.get("allreduce"):
         lines += ["", "Allreduce, 2 ranks, float32 sum (bus GB/s = 2(n-1)/n x bytes / time):", "",
@@ -484,6 +508,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bucket-mb", type=float, default=32.0, help="gradient fusion bucket of paddle_ngraph")
     parser.add_argument("--zero-stage", type=int, default=0, choices=[0, 1],
                         help="paddle_ngraph's zero_stage: 1 shards the optimizer state (ZeRO-1)")
+    parser.add_argument("--accumulate-steps", default="1",
+                        help="comma-separated accumulate_steps k for the ngraph systems (e.g. 1,2,4): a step is "
+                             "k micro-batches of --batch and one update; other systems run k=1 only")
     parser.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"],
                         help="wire format of the ngraph systems' float32 gradients (the compress key; default none)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
@@ -517,6 +544,12 @@ def main(argv=None) -> int:
     models = [m for m in args.models.split(",") if m]
     systems = [s for s in args.systems.split(",") if s]
     ranks = [int(r) for r in args.ranks.split(",") if r]
+    try:
+        accumulate = [int(k) for k in args.accumulate_steps.split(",") if k]
+    except ValueError:
+        accumulate = []
+    if not accumulate or min(accumulate) < 1:
+        parser.error(f"--accumulate-steps: integers >= 1, got '{args.accumulate_steps}'")
     for m in models:
         if m not in MODELS:
             parser.error(f"unknown model '{m}'; valid: {', '.join(MODELS)}")
@@ -529,23 +562,23 @@ def main(argv=None) -> int:
               "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "compress": args.compress,
               "limits": limits,
               "results": []}
-    total = len(models) * len(systems) * len(ranks)
-    done = 0
-    for model in models:
+    configs = [(model, system, n, k) for model in models for system in systems for n in ranks
+               for k in (accumulate if system.startswith("ngraph") else [1])]
+    for done, (model, system, n, k) in enumerate(configs, start=1):
         gflop = model_gflop_per_sample(model)
-        for system in systems:
-            for n in ranks:
-                done += 1
-                print(f"[{done}/{total}] {model} {system} {n} rank(s)...", file=sys.stderr, flush=True)
-                result = run_config(system, model, n, args)
-                if result["status"] == "ok" and gflop:
-                    # Each rank computes its own batch on its share of the cores.
-                    cores = max(1, (os.cpu_count() or 1) // n)
-                    result["flop_bound_ms"] = 1e3 * gflop * args.batch / (limits["sgemm_gflops"] * cores /
-                                                                            (os.cpu_count() or 1))
-                report["results"].append({"model": model, "system": system, "ranks": n, "result": result})
+        label = f" accumulate_steps {k}" if k > 1 else ""
+        print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", file=sys.stderr, flush=True)
+        result = run_config(system, model, n, args, k)
+        if result["status"] == "ok" and gflop:
+            # Each rank computes its own batch on its share of the cores.
+            cores = max(1, (os.cpu_count() or 1) // n)
+            result["flop_bound_ms"] = 1e3 * gflop * args.batch * k / (limits["sgemm_gflops"] * cores /
+                                                                        (os.cpu_count() or 1))
+        report["results"].append({"model": model, "system": system, "ranks": n, "accumulate_steps": k,
+                                  "result": result})
     for row in report["results"]:
         base = next((r["result"] for r in report["results"] if r["model"] == row["model"] and r["ranks"] == 1
+                     and r.get("accumulate_steps", 1) == row.get("accumulate_steps", 1)
                      and r["system"] == row["system"].replace("ngraph-ccl", "ngraph-cpu")
                      and r["result"]["status"] == "ok"), None)
         if base and row["result"]["status"] == "ok":

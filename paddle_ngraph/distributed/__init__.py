@@ -35,9 +35,15 @@ def function_fingerprint(function) -> list[str]:
     return lines
 
 
-def check_consistency(function, transport: Transport):
-    """Fails on every rank, naming the ranks and the first differing op, if transpiled functions differ."""
-    lines = function_fingerprint(function)
+def check_consistency(function, transport: Transport, settings: dict | None = None):
+    """Fails on every rank, naming the ranks and the first differing op, if transpiled functions differ.
+
+    ``function`` may be a list (gradient accumulation runs two); ``settings`` are compared too
+    (values the fingerprint leaves out, like the constants' values)."""
+    functions = function if isinstance(function, (list, tuple)) else [function]
+    lines = [f"{k}={v}" for k, v in sorted((settings or {}).items())]
+    for f in functions:
+        lines += ([f"function {f.name}:"] if len(functions) > 1 else []) + function_fingerprint(f)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     digests = transport.allgather_object(digest)
     if len(set(digests)) == 1:
@@ -59,7 +65,7 @@ def initial_sync(engine, arrays):
     """Before the first step: check that all ranks run the same function, then copy rank 0's
     parameters and optimizer state to every rank, so they start identical whatever their seeds."""
     transport = engine.transport
-    check_consistency(engine.function, transport)
+    check_consistency(engine.functions, transport, {"accumulate_steps": engine.accumulate_steps})
     for param, array in zip(engine.function.parameters, arrays):
         if param.attrs["role"] in ("parameter", "state"):
             transport.broadcast(array, root=0)

@@ -58,6 +58,7 @@ SCHEMA: dict[str, Option] = {
     "threads": Option("int", minimum=0),
     "check_finite": Option("bool"),
     "zero_stage": Option("int", choices=(0, 1)),
+    "accumulate_steps": Option("int", minimum=1),
     "timeout_s": Option("number", minimum=0, exclusive_minimum=True),
     "hierarchical": Option("str", choices=("auto", "on", "off"), case="lower"),
     "log_level": Option("str", choices=LOG_LEVELS, case="upper"),

@@ -57,7 +57,9 @@ def check_strategy(strategy) -> None:
                           "synchronous data parallelism (gradients averaged by AllReduce, then the optimizer); "
                           "turn these off, or turn strategy.ngraph off"
                           + ("; for a sharded optimizer state use strategy.ngraph_configs = {'zero_stage': 1}"
-                             if any("sharding" in f for f in found) else ""))
+                             if any("sharding" in f for f in found) else "")
+                          + ("; for gradient merge use strategy.ngraph_configs = {'accumulate_steps': k}"
+                             if "strategy.gradient_merge" in found else ""))
 
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
@@ -127,6 +129,7 @@ class NgraphOptimizer(MetaOptimizerBase):
                   bucket_mb=config["bucket_mb"], min_buckets=config["min_buckets"], reduction=config["reduction"],
                   compress=config["compress"], threads=config["threads"], check_finite=config["check_finite"],
                   timeout_s=config["timeout_s"], zero_stage=config["zero_stage"],
+                  accumulate_steps=config["accumulate_steps"],
                   hierarchical=config["hierarchical"])
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d, "
                  "compress %s", self.transport.rank, self.transport.size, config["backend"], self.transport.name,

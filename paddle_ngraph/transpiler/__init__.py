@@ -15,6 +15,7 @@ from ..distributed.mpi import HIERARCHICAL_MODES
 from ..errors import ConfigError
 from ..frontend import STATE_PREFIX, decode
 from ..passes import InsertAllReduce, PassManager
+from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply, check_steps
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op
 from .engine import Engine, engines
@@ -27,7 +28,7 @@ __all__ = ["transpile", "engines"]
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
               min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
-              hierarchical: str = "auto", compress: str = "none"):
+              hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -47,6 +48,11 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     node and broadcasts within the node; ``off`` is one flat allreduce; ``auto`` (default) is ``on``
     when the ranks span several nodes and some node has more than one rank. A node is a host name,
     or ``PADDLE_NGRAPH_NODE_ID`` where set. oneCCL picks topology-aware algorithms itself.
+    ``accumulate_steps``: k > 1 accumulates the gradients of k ``exe.run`` calls (micro-batches)
+    and makes one AllReduce and optimizer update on the k-th, with their mean: equal to one step
+    on the k-times larger batch for a mean loss. Calls 1..k-1 leave parameters unchanged; the loss
+    is returned on every call. Combines with ``zero_stage`` and ``compress``: their collectives
+    carry the averaged accumulated gradients on the k-th call.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
 
     With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
@@ -69,6 +75,12 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         raise ConfigError(f"compress: {compress!r} cannot be combined with zero_stage 1 (the sharded buckets are "
                           f"reduce-scattered in float32); set one of them")
     timeline = timeline_from_env(transport.rank, transport.size)
+    original = function
+    if check_steps(accumulate_steps) > 1:
+        # The apply variant takes the function's place: the collective passes below rewrite it
+        # (AllReduce, or ZeRO-1's reduce-scatter/update/allgather of the averaged accumulated
+        # gradients); the accumulate variant, built after them, has no collective.
+        function, accumulators = build_apply(original, accumulate_steps)
     passes, sharding = [], None
     if transport.size > 1:
         transport.set_hierarchical(hierarchical)
@@ -84,11 +96,20 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if sharding is not None and sharding.buckets:
         slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
         sharded = ShardedState(sharding.buckets, slices, transport.rank, transport.size)
-    names = {p.name for p in function.parameters}
-    state = {r: r[len(STATE_PREFIX):] for r in function.results
-             if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
+    accumulation = None
+    if accumulate_steps > 1:
+        inputs = [p.name for p in function.parameters
+                  if p.attrs["role"] != "accumulator" and not p.name.startswith(SHARD_PREFIX)]
+        accumulate = build_accumulate(original, inputs)
+        PassManager([]).run(accumulate)  # validates (and dumps, if asked)
+        accumulation = Accumulation(accumulate_steps, accumulate, accumulators)
     options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
-    executable = get_backend(backend or default_backend(), **options).compile(function, inplace_results=state)
+    compiler = get_backend(backend or default_backend(), **options)
+    executable = compiler.compile(function, inplace_results=_inplace_results(function))
+    accumulate_executable = None
+    if accumulation:
+        accumulate_executable = compiler.compile(accumulation.accumulate,
+                                                 inplace_results=_inplace_results(accumulation.accumulate))
     watchdog = None
     if transport.size > 1:
         from ..distributed.watchdog import watchdog_for
@@ -96,7 +117,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         watchdog = watchdog_for(transport, timeout_s)
     engine = Engine(function, executable, fetch, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
-                    timeline=timeline)
+                    timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     input_names = [p.name for p in function.parameters[:engine.num_inputs]]
@@ -105,3 +126,13 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     else:
         rewrite_legacy(view, anchors, engine, input_names, fetch)
     return program
+
+
+def _inplace_results(function) -> dict[str, str]:
+    """Results that replace a parameter's value (state, accumulators): the backend may write them
+    into that parameter's buffer."""
+    names = {p.name for p in function.parameters}
+    inplace = {r: r[len(STATE_PREFIX):] for r in function.results
+               if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
+    inplace.update({r: r for r in function.results if r.startswith(ACCUMULATOR_PREFIX) and r in names})
+    return inplace

@@ -4,6 +4,12 @@ Per step it receives the operator's input buffers (in the order of the
 function's parameters), checks the feeds, runs the executable, writes updated
 parameters and optimizer state back into their buffers, and returns the values
 the ops left to Paddle read.
+
+With gradient accumulation (``accumulation``, passes/accumulate_gradients.py) the engine holds
+two variants: micro-steps that are not the k-th run the accumulate one (no collective, no
+update), the k-th runs the apply one (AllReduce and update). The engine owns the accumulators
+(zero-initialized NumPy arrays, one per gradient, passed after Paddle's inputs) and zeroes them
+after each apply step.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from ..errors import ExecutionError
 from ..frontend import FETCH_PREFIX, STATE_PREFIX
 from ..ir import Function
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
+from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX
 
 _ids = itertools.count(1)
 _ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
@@ -27,36 +34,69 @@ def engines() -> list["Engine"]:
     return [_ENGINES[k] for k in sorted(_ENGINES)]
 
 
+class Variant:
+    """One compiled function and where its results go: fetches, and state or accumulators written
+    back into the input they replace."""
+
+    def __init__(self, function: Function, executable, fetch_names: list[str]):
+        self.function = function
+        self.executable = executable
+        index = {p.name: i for i, p in enumerate(function.parameters)}
+        results = list(function.results)
+        self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
+        self.state_writeback = [(results.index(r), index[r[len(STATE_PREFIX):]]) for r in results
+                                if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in index]
+        # An accumulator's new value is the result named like its parameter.
+        self.state_writeback += [(results.index(r), index[r]) for r in results
+                                 if r.startswith(ACCUMULATOR_PREFIX) and r in index]
+
+
 class Engine:
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
-                 watchdog=None, sharded=None, timeline=None):
+                 watchdog=None, sharded=None, timeline=None, accumulation=None, accumulate_executable=None):
+        """``function``/``executable``: what runs every step, or with ``accumulation`` the apply
+        variant (it has the collectives and the update) and ``accumulate_executable`` the other."""
         self.id = next(_ids)
         # backends/timeline.py (PADDLE_NGRAPH_TIMELINE): the executable's spans of every step.
         self.timeline = timeline
         if timeline is not None:
             executable.set_tracing(True)
+            if accumulate_executable is not None:
+                accumulate_executable.set_tracing(True)
         self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
         # ZeRO-1 (sharded_state.py): this rank's slices of parameters and optimizer state, the
         # function's last parameters; Paddle's operator passes the ones before them.
         self.sharded = sharded
-        self.num_inputs = len(function.parameters) - (len(sharded.arrays) if sharded else 0)
+        self.accumulate_steps = accumulation.steps if accumulation else 1
+        accumulators = accumulation.accumulators if accumulation else []
+        self.accumulators = [np.zeros(p.output_types[0].shape, p.output_types[0].dtype.numpy) for p in accumulators]
+        self.num_inputs = len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
         self.function = function
         self.executable = executable
         self.transport = transport
         self.fetch_names = fetch_names
-        self.steps = 0
+        self.steps = 0  # calls of exe.run (micro-steps with accumulation)
+        self.updates = 0  # optimizer steps
         # Seconds spent in collectives on the communication thread, and of those, seconds the step
         # was blocked waiting for them (what overlap did not hide); summed over steps.
         self.comm_seconds = 0.0
         self.wait_seconds = 0.0
         self._on_first_run = on_first_run
         _ENGINES[self.id] = self
-        index = {p.name: i for i, p in enumerate(function.parameters)}
-        results = list(function.results)
-        self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
-        self.state_writeback = [(results.index(r), index[r[len(STATE_PREFIX):]]) for r in results
-                                if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in index]
+        self.apply = Variant(function, executable, fetch_names)
+        self.accumulate = Variant(accumulation.accumulate, accumulate_executable, fetch_names) if accumulation else None
         self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
+
+    @property
+    def functions(self) -> list[Function]:
+        """What the executables run: the start-up sync checks that every rank has the same."""
+        return [self.function] + ([self.accumulate.function] if self.accumulate else [])
+
+    def next_variant(self) -> Variant:
+        """The k-th call of every k applies; the others accumulate."""
+        if self.accumulate is None or (self.steps + 1) % self.accumulate_steps == 0:
+            return self.apply
+        return self.accumulate
 
     def output_shapes(self) -> list[tuple]:
         return [self.function.results[FETCH_PREFIX + n].shape for n in self.fetch_names]
@@ -99,7 +139,8 @@ class Engine:
                 self._on_first_run(self, arrays)
                 self._on_first_run = None
             if watchdog:
-                watchdog.start_collectives(self.executable.collective_progress)
+                # A micro-step that only accumulates has no collectives: its probe reports none.
+                watchdog.start_collectives(self.next_variant().executable.collective_progress)
             try:
                 return self._step(arrays)
             except BaseException as e:
@@ -123,27 +164,35 @@ class Engine:
         raise ExecutionError(f"step {self.steps}: feeds rejected on rank(s) {bad}, so every rank stops: {details}")
 
     def _step(self, arrays):
+        variant = self.next_variant()
+        arrays = list(arrays) + self.accumulators
         if self.sharded is not None:
             if self.sharded.stale:
                 self.sharded.pull({p.name: a for p, a in zip(self.function.parameters, arrays)})
-            arrays = list(arrays) + self.sharded.arrays
+            if variant is self.apply:  # the accumulate variant has no update, so no slices
+                arrays += self.sharded.arrays
         begin = time.monotonic() if self.timeline is not None else 0.0
-        outputs = self.executable.call(arrays, self.transport)
+        outputs = variant.executable.call(arrays, self.transport)
         if self.timeline is not None:
-            self._record_timeline(begin, time.monotonic())
-        stats = getattr(self.executable, "comm_stats", None)
+            self._record_timeline(variant.executable, begin, time.monotonic())
+        stats = getattr(variant.executable, "comm_stats", None)
         if stats is not None:
             wait, comm = stats()
             self.wait_seconds += wait
             self.comm_seconds += comm
-        for result_pos, input_pos in self.state_writeback:
+        for result_pos, input_pos in variant.state_writeback:
             if outputs[result_pos].ctypes.data != arrays[input_pos].ctypes.data:  # not updated in place
                 np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
+        fetched = [(code, outputs[pos]) for code, pos in zip(self.output_codes, variant.fetch_positions)]
+        if variant is self.apply:
+            self.updates += 1
+            for accumulator in self.accumulators:
+                accumulator.fill(0)
         self.steps += 1
-        return [(code, outputs[pos]) for code, pos in zip(self.output_codes, self.fetch_positions)]
+        return fetched
 
-    def _record_timeline(self, begin: float, end: float):
+    def _record_timeline(self, executable, begin: float, end: float):
         from ..backends.timeline import Span
 
         call = Span(f"engine {self.id} step {self.steps}", "step", "paddle", begin, end, {})
-        self.timeline.add_step(self.id, self.steps, [call], self.executable.last_spans())
+        self.timeline.add_step(self.id, self.steps, [call], executable.last_spans())

@@ -41,6 +41,8 @@ def main():
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--zero-stage", type=int, default=0)
     p.add_argument("--backend", default=None, help="transpile's backend (default: the default backend)")
+    p.add_argument("--accumulate-steps", type=int, default=1,
+                   help="k micro-batches of --batch per step (the reference: run it with --batch k*batch)")
     p.add_argument("--hierarchical", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="pretend ranks r with equal r // k share a node (PADDLE_NGRAPH_NODE_ID)")
@@ -68,14 +70,19 @@ def main():
                 if not args.reference:
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
                                             zero_stage=args.zero_stage, backend=args.backend,
-                                            hierarchical=args.hierarchical, compress=args.compress)
+                                            hierarchical=args.hierarchical, compress=args.compress,
+                                            accumulate_steps=args.accumulate_steps)
                 losses = []
                 for step in range(args.steps):
                     if args.reference:
                         xb, yb = shard(x, y, args.batch * world, 0, 1, step)
                     else:
-                        xb, yb = shard(x, y, args.batch, rank, nranks, step)
-                    losses.append(float(exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]))
+                        xb, yb = shard(x, y, args.batch * args.accumulate_steps, rank, nranks, step)
+                    # This rank's share of the step's batch, in micro-batches of --batch (one unless
+                    # accumulating); the step's loss is their mean, as over the whole share.
+                    micro = np.array_split(np.arange(len(xb)), 1 if args.reference else args.accumulate_steps)
+                    losses.append(np.mean([exe.run(main_prog, feed={"x": xb[i], "y": yb[i]}, fetch_list=[loss])[0]
+                                           for i in micro]))
                 params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main_prog)}
                 # The CPU backend's native allreduce, as the C++ communicator describes itself.
                 native = getattr(engines()[-1].executable, "communicator", "") if not args.reference else ""

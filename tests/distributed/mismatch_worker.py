@@ -1,4 +1,5 @@
-"""Rank 1 builds a different model from the others: every rank must fail with the consistency error."""
+"""Rank 1 builds a different model from the others (or, with argument ``accumulate``, accumulates
+over a different number of micro-steps): every rank must fail with the consistency error."""
 import os
 import sys
 
@@ -11,7 +12,8 @@ from paddle_ngraph.distributed import make_transport  # noqa: E402
 
 paddle.enable_static()
 t = make_transport()
-hidden = 600 if t.rank != 1 else 500
+accumulate = sys.argv[1:] == ["accumulate"]
+hidden = 600 if t.rank != 1 or accumulate else 500
 main, startup = paddle.static.Program(), paddle.static.Program()
 with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
     x = paddle.static.data("x", [None, 784], "float32")
@@ -21,7 +23,7 @@ with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup
     paddle.optimizer.SGD(0.1).minimize(loss)
 exe = paddle.static.Executor(paddle.CPUPlace())
 exe.run(startup)
-paddle_ngraph.transpile(main, transport=t)
+paddle_ngraph.transpile(main, transport=t, accumulate_steps=(1 if t.rank == 1 else 2) if accumulate else 1)
 try:
     exe.run(main, feed={"x": np.zeros((4, 784), np.float32), "y": np.zeros((4, 1), np.int64)}, fetch_list=[loss])
 except Exception as e:  # Paddle wraps our error; print its message and fail

@@ -19,3 +19,13 @@ def test_mismatched_programs_fail_on_every_rank_within_30s():
         assert line is not None, out[-3000:] + proc.stderr[-2000:]
         assert "differ between ranks" in line and "rank(s) [1]" in line and "first difference at op" in line, line
         assert "500" in line and "600" in line, line
+
+
+def test_ranks_accumulating_over_different_numbers_of_micro_steps_fail_on_every_rank():
+    """Rank 1 would update (and AllReduce) on every call, the others on every second: caught at start-up."""
+    proc = mpirun(3, os.path.join(HERE, "mismatch_worker.py"), "accumulate", timeout=120)
+    assert proc.returncode != 0
+    for rank in range(3):
+        line = next((l for l in proc.stdout.splitlines() if l.startswith(f"[rank {rank}] ERROR")), None)
+        assert line is not None, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "rank(s) [1]" in line and "accumulate_steps=2" in line and "accumulate_steps=1" in line, line

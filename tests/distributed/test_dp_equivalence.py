@@ -18,14 +18,15 @@ OPTIMIZERS = ["sgd", "momentum", "adam"]
 LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}  # as dp_worker.py
 
 
-def run_reference(tmp, world, ir, model="mnist_mlp", steps=20, dtype="float32", optimizers="sgd,momentum,adam"):
+def run_reference(tmp, world, ir, model="mnist_mlp", steps=20, dtype="float32", optimizers="sgd,momentum,adam",
+                  batch=16):
     import subprocess
     import sys
 
     out = tmp / f"ref{world}"
     out.mkdir()
     proc = subprocess.run([sys.executable, WORKER, "--reference", "--ir", ir, "--model", model, "--steps", str(steps),
-                           "--dtype", dtype, "--optimizers", optimizers, "--out", str(out)],
+                           "--dtype", dtype, "--optimizers", optimizers, "--batch", str(batch), "--out", str(out)],
                           capture_output=True, text=True, timeout=240,
                           env=dict(os.environ, DP_WORLD=str(world), GLOG_minloglevel="2"))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,7 +17,7 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: backend, bucket_mb, check_finite, compress, hierarchical, log_level, min_buckets, reduction, threads, "
+VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, compress, hierarchical, log_level, min_buckets, reduction, threads, "
               "timeout_s, transport, zero_stage")
 
 
@@ -59,6 +59,8 @@ def test_configs_are_validated_normalized_and_merged():
     ({"hierarchical": "yes"}, "unknown hierarchical 'yes'; valid: auto, on, off"),
     ({"timeout_s": 0}, "'timeout_s' must be > 0"),
     ({"zero_stage": 2}, "unknown zero_stage 2; valid: 0, 1"),
+    ({"accumulate_steps": 0}, "'accumulate_steps' must be >= 1"),
+    ({"accumulate_steps": 2.0}, "'accumulate_steps' must be an integer, got float"),
     ({"zero_stage": "1"}, "'zero_stage' must be an integer, got str '1'"),
     ({"backend": "GPU"}, "unknown backend 'GPU'; valid: CPU, INTERPRETER"),
     ({"transport": "tcp"}, "unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
@@ -117,7 +119,8 @@ def test_loading_a_bad_paddle_ngraph_line_names_the_file(tmp_path):
 def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "compress": "none", "threads": 0, "check_finite": False, "timeout_s": 60,
-                                      "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto"}
+                                      "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto",
+                                      "accumulate_steps": 1}
 
 
 def test_precedence(tmp_path, monkeypatch):
@@ -234,6 +237,27 @@ def test_the_flag_selects_ngraph_optimizer_and_transpiles(static_fleet, legacy):
         opt.minimize(loss)
     assert fleet.fleet._get_applied_meta_list() == ["NgraphOptimizer"]
     assert any("ngraph_engine" in t for t in _op_types(main)), _op_types(main)
+
+
+def test_accumulate_steps_reaches_transpile(static_fleet):
+    from paddle_ngraph.transpiler import engines
+
+    guard, main, startup, loss = _build(legacy=False)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = {"accumulate_steps": 3, "backend": "INTERPRETER"}
+    with guard, paddle.static.program_guard(main, startup):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy).minimize(loss)
+    engine = engines()[-1]
+    assert engine.accumulate_steps == 3 and engine.accumulate is not None and len(engine.accumulators) == 2
+
+
+def test_gradient_merge_is_refused_with_the_key_that_replaces_it(static_fleet):
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.gradient_merge = True
+    with pytest.raises(ConfigError, match=r"strategy.gradient_merge.*'accumulate_steps': k"):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
 
 
 def test_without_the_flag_paddle_chooses_as_before(static_fleet):

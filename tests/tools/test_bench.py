@@ -31,6 +31,33 @@ def test_bench_help():
     assert proc.returncode == 0 and "torch-ddp" in proc.stdout
 
 
+def test_bench_accumulate_steps_runs_each_k_and_counts_k_micro_batches_per_step(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
+                           "--models", "mnist_mlp", "--systems", "ngraph-cpu,paddle", "--ranks", "1",
+                           "--accumulate-steps", "1,2", "--out", str(out)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {(r["system"], r["accumulate_steps"]): r["result"] for r in report["results"]}
+    assert set(rows) == {("ngraph-cpu", 1), ("ngraph-cpu", 2), ("paddle", 1)}  # the peers run k=1 only
+    for k in (1, 2):
+        r = rows[("ngraph-cpu", k)]
+        assert r["status"] == "ok"
+        assert abs(r["samples_per_s"] - report["batch"] * k * 1e3 / r["ms_per_step"]) < 1e-6 * r["samples_per_s"]
+    assert "| mnist_mlp | ngraph-cpu k=2 | 1 |" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_accumulate_tool_reports_every_k():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_accumulate.py"), "--ks", "1,2",
+                           "--rounds", "2", "--steps", "1", "--batch-size", "8"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, GLOG_minloglevel="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    rows = [l.split() for l in lines[lines.index(next(l for l in lines if l.lstrip().startswith("k "))) + 1:]]
+    assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00" and all(float(r[2]) > 0 for r in rows)
+
+
 def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",

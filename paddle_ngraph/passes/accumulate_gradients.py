@@ -1,0 +1,129 @@
+"""Gradient accumulation: the two functions a training step alternates between.
+
+With ``accumulate_steps = k`` the user still calls ``exe.run`` once per micro-batch. Like Paddle's
+gradient merge with ``avg=True``, micro-steps 1..k-1 only add their gradients into accumulators
+and micro-step k averages them and makes the one update (with its AllReduce), so that k
+micro-batches of B with a mean loss equal one step on the batch of kB.
+
+From the training function this builds, on copies (the original is left as it is):
+
+- ``apply`` (``build_apply``, first): forward and backward, each update's gradient replaced by
+  ``(acc_in + grad) / k``. The collective passes (AllReduce, compression, or ZeRO-1's
+  reduce-scatter, sliced update and allgather) then rewrite this one like any training function,
+  so the collectives carry the averaged accumulated gradients and run once per k micro-steps.
+- ``accumulate`` (``build_accumulate``, after those passes): forward and backward,
+  ``acc_out = acc_in + grad`` for every gradient an optimizer update consumes; no update, so no
+  parameter or optimizer-state result (the Engine then leaves those variables as they are); state
+  the forward pass itself updates (batch norm's running statistics) is kept, as Paddle's gradient
+  merge updates it on every micro-batch. It takes the apply variant's Paddle inputs in the same
+  order, since one Paddle operator feeds both (ZeRO-1 moves the moments out of them; without an
+  update, this variant does not read them).
+
+The accumulators are extra parameters (after the function's own, one per update, named
+``ACCUMULATOR_PREFIX + parameter``) owned by the Engine, zeroed after each apply step; the
+accumulate function returns their new values under the same names.
+
+The gradient taken is the one the update consumes, the same point where the AllReduce pass
+reduces it: ops Paddle places between the backward pass and the update (weight decay terms) are
+therefore accumulated and averaged with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError, ValidationError
+from ..frontend import FETCH_PREFIX
+from ..ir import Function, clone_function
+from ..ir.ops import Add, Divide
+from ..ir.ops.core import Constant, Parameter
+from ..ir.ops.optimizer import OptimizerUpdate
+
+ACCUMULATOR_PREFIX = "@ACCUMULATOR@"
+
+
+@dataclass
+class Accumulation:
+    """What the Engine needs besides the apply variant (which it runs as its main function)."""
+
+    steps: int
+    accumulate: Function
+    accumulators: list[Parameter]  # of the apply variant, in parameter order; ``accumulate`` has equal ones
+
+
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"accumulate_steps must be an integer >= 1, got {steps!r}")
+    return steps
+
+
+def _updates(function: Function) -> list[OptimizerUpdate]:
+    updates = [n for n in function.ordered_nodes() if isinstance(n, OptimizerUpdate)]
+    if not updates:
+        raise ConfigError(f"accumulate_steps > 1: function '{function.name}' has no optimizer update "
+                          f"(only training programs, after optimizer.minimize, accumulate gradients)")
+    return updates
+
+
+def _add_accumulators(function: Function) -> list[tuple[OptimizerUpdate, Parameter, object]]:
+    """For every update: (update, accumulator parameter, acc + grad). Not yet among the parameters."""
+    entries = []
+    for update in _updates(function):
+        grad = update.inputs[update.grad_input]
+        param_name = update.inputs[update.param_input].node.name
+        acc = Parameter(name=ACCUMULATOR_PREFIX + param_name, dtype=grad.dtype.value, shape=tuple(grad.shape),
+                        role="accumulator")
+        entries.append((update, acc, Add(acc.output(), grad, name=f"accumulate_{param_name}").output()))
+    names = [acc.name for _, acc, _ in entries]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise ValidationError(f"accumulate_steps: parameter '{duplicate[len(ACCUMULATOR_PREFIX):]}' has more "
+                              f"than one optimizer update; which gradient to accumulate is ambiguous")
+    return entries
+
+
+def _update_dependent(function: Function) -> set[int]:
+    """Ids of the nodes whose value depends on an optimizer update (the updates included)."""
+    dependent: set[int] = set()
+    for node in function.ordered_nodes():  # inputs before users
+        if isinstance(node, OptimizerUpdate) or any(i.node.id in dependent for i in node.inputs):
+            dependent.add(node.id)
+    return dependent
+
+
+def build_apply(function: Function, steps: int) -> tuple[Function, list[Parameter]]:
+    """The variant run on every k-th micro-step, before the collective passes rewrite it."""
+    copy = clone_function(function)
+    entries = _add_accumulators(copy)
+    for update, acc, summed in entries:
+        # Dividing the sum (not scaling each micro-batch) keeps micro-steps free of any factor.
+        count = Constant(steps, dtype=summed.dtype.value, name=f"accumulate_steps_{acc.name}")
+        update.inputs[update.grad_input] = Divide(summed, count.output(), name=f"average_{acc.name}").output()
+    accumulators = [acc for _, acc, _ in entries]
+    return Function(copy.parameters + accumulators, copy.results, name=f"{function.name}_apply"), accumulators
+
+
+def build_accumulate(function: Function, inputs: list[str]) -> Function:
+    """The variant run on the other micro-steps. ``inputs``: the Paddle inputs of the apply variant
+    after its passes, which both variants must take in the same order (one Paddle operator feeds
+    both); the passes may have dropped some (ZeRO-1 moves the moments into the engine), and this
+    variant, having no update, does not read those."""
+    copy = clone_function(function)
+    entries = _add_accumulators(copy)
+    dependent = _update_dependent(copy)
+    results = {}
+    for name, output in copy.results.items():
+        if output.node.id not in dependent:
+            results[name] = output
+        elif name.startswith(FETCH_PREFIX):
+            raise ValidationError(
+                f"accumulate_steps: fetched value '{name[len(FETCH_PREFIX):]}' (node '{output.node.name}', "
+                f"{output.node.op_type}) depends on the optimizer update, which micro-steps do not run")
+    for _, acc, summed in entries:
+        results[acc.name] = summed
+    by_name = {p.name: p for p in copy.parameters}
+    missing = [n for n in inputs if n not in by_name]
+    if missing:  # a pass added a Paddle input: the two variants could not share the operator
+        raise ValidationError(f"accumulate_steps: the apply variant's inputs {missing} are not inputs of "
+                              f"function '{function.name}'")
+    return Function([by_name[n] for n in inputs] + [acc for _, acc, _ in entries], results,
+                    name=f"{function.name}_accumulate")
