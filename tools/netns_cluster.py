@@ -143,9 +143,12 @@ class Cluster:
         raise RuntimeError(f"bridge port {port} does not forward after 10 s")
 
     def __exit__(self, *exc):
+        veths = [f"{PREFIX}-v{i}" for i in range(1, len(self.created_namespaces) + 1)]
         for ns in reversed(self.created_namespaces):  # deleting a namespace deletes its veth and the peer
             self.sh("ip", "netns", "del", ns, check=False)
         self.created_namespaces.clear()
+        if not self.dry_run:
+            wait_until_gone(veths)
         if self.created_bridge:
             self.sh("ip", "link", "del", BRIDGE, check=False)
             self.created_bridge = False
@@ -185,6 +188,18 @@ def netem_available() -> bool:
         return subprocess.run(["tc", "qdisc", "add", "dev", name, "root", "netem"], capture_output=True).returncode == 0
     finally:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
+def wait_until_gone(links: list[str], timeout: float = 10.0):
+    """The kernel tears a deleted namespace's devices down asynchronously: a run started right after
+    this one would find its veth names still taken ("File exists")."""
+    deadline = time.time() + timeout
+    for link in links:
+        while subprocess.run(["ip", "link", "show", link], capture_output=True).returncode == 0:
+            if time.time() > deadline:
+                log(f"{link} still exists {timeout:.0f} s after its namespace was deleted")
+                return
+            time.sleep(0.05)
 
 
 def existing_namespaces() -> set[str]:
