@@ -437,7 +437,15 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def with_admin_path():
+    """`tc` (and on some systems `ip`) live in /usr/sbin and /sbin, which a non-login shell's PATH
+    (CI's, for one) may lack; the ranks this tool starts inherit the completed PATH."""
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(parts + [d for d in ("/usr/sbin", "/sbin") if d not in parts])
+
+
 def main(argv=None) -> int:
+    with_admin_path()
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.probe_rank:
         return probe_rank()
