@@ -198,19 +198,16 @@ class MpiTransport(Transport):
             return super().reduce_scatter(array, reduction)
         out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
         base = "sum" if reduction == "avg" else reduction
+        mpi_type = self._mpi_type(array.dtype, False)
         try:
-            self.comm.Reduce_scatter_block([array, self._mpi_type(array.dtype, False)],
-                                           [out, self._mpi_type(array.dtype, False)], op=self._op(base, array.dtype, False))
+            self.comm.Reduce_scatter_block([array, mpi_type], [out, mpi_type], op=self._op(base, array.dtype, False))
         except self.MPI.Exception as e:
             raise TransportError(f"rank {self.rank}: MPI_Reduce_scatter_block ({array.dtype}, {array.size} elements) "
                                  f"failed: {e.Get_error_string()}") from None
         return _average(out, self.size, False) if reduction == "avg" else out
 
     def alltoall(self, array):
-        flat = np.ascontiguousarray(array).reshape(-1)
-        if flat.size % self.size:
-            raise TransportError(f"rank {self.rank}: alltoall of {flat.size} elements, not a multiple of "
-                                 f"{self.size} ranks")
+        flat = self._alltoall_input(array)
         out = np.empty_like(flat)
         try:
             self.comm.Alltoall(flat.view(np.uint8), out.view(np.uint8))

@@ -54,13 +54,17 @@ class Transport:
         """Block r (of ``size`` equal blocks of the flat array) goes to rank r; returns the blocks
         received, in rank order. This default moves every rank's whole array (an allgather):
         correct, but ``size`` times the bytes; transports with a native all-to-all override it."""
+        flat = self._alltoall_input(array)
+        block = flat.size // self.size
+        everything = self.allgather(flat.reshape(1, -1)).reshape(self.size, -1)
+        return np.ascontiguousarray(everything[:, self.rank * block:(self.rank + 1) * block]).reshape(-1)
+
+    def _alltoall_input(self, array: np.ndarray) -> np.ndarray:
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.size % self.size:
             raise TransportError(f"rank {self.rank}: alltoall of {flat.size} elements, not a multiple of "
                                  f"{self.size} ranks")
-        block = flat.size // self.size
-        everything = self.allgather(flat.reshape(1, -1)).reshape(self.size, -1)
-        return np.ascontiguousarray(everything[:, self.rank * block:(self.rank + 1) * block]).reshape(-1)
+        return flat
 
     def send(self, array: np.ndarray, peer: int, tag: int = 0):
         raise NotImplementedError

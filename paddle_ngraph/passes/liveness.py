@@ -29,7 +29,6 @@ from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
-COLLECTIVES = COLLECTIVE_OPS
 # Ops whose every output element depends only on the same element of their inputs (and scalars):
 # an output may share the buffer of an input of the same shape.
 ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"}
@@ -130,13 +129,13 @@ class Liveness(FunctionPass):
         position = {n.id: k for k, n in enumerate(nodes)}
         after_collective: set[int] = set()
         for n in nodes:
-            if any(i.node.op_type in COLLECTIVES or i.node.id in after_collective for i in n.inputs):
+            if any(i.node.op_type in COLLECTIVE_OPS or i.node.id in after_collective for i in n.inputs):
                 after_collective.add(n.id)
 
         # List scheduling: a collective as soon as it is ready, then the nodes that need no
         # collective result, then the rest; ties in the function's order.
         def priority(n):
-            group = 0 if n.op_type in COLLECTIVES and n.id not in after_collective else (
+            group = 0 if n.op_type in COLLECTIVE_OPS and n.id not in after_collective else (
                 2 if n.id in after_collective else 1)
             return group, position[n.id]
 
@@ -151,7 +150,7 @@ class Liveness(FunctionPass):
         steps: list[Step] = []
         while ready:
             _, _, n = heapq.heappop(ready)
-            steps.append(Step("start" if n.op_type in COLLECTIVES else "compute", n))
+            steps.append(Step("start" if n.op_type in COLLECTIVE_OPS else "compute", n))
             for d in dependents.get(n.id, []):
                 waiting_for[d.id].discard(n.id)
                 if not waiting_for[d.id]:
@@ -163,7 +162,7 @@ class Liveness(FunctionPass):
         waiting = set()
         for step in steps:
             for i in step.node.inputs:
-                if i.node.op_type in COLLECTIVES and i.node.id in waiting:
+                if i.node.op_type in COLLECTIVE_OPS and i.node.id in waiting:
                     ordered.append(Step("wait", i.node))
                     waiting.discard(i.node.id)
             ordered.append(step)
@@ -232,7 +231,7 @@ class Liveness(FunctionPass):
                 continue
             node = step.node
             read_until = pos
-            if node.op_type in COLLECTIVES and node.op_type not in IN_PLACE_COLLECTIVES:
+            if node.op_type in COLLECTIVE_OPS and node.op_type not in IN_PLACE_COLLECTIVES:
                 read_until = wait_position[node.id]
             if node.op_type == "Reshape":
                 continue  # a view: its readers keep the root alive

@@ -1,5 +1,7 @@
 """accumulate_steps: k exe.run calls on micro-batches of B make one update equal to Paddle's own
 executor running one step on the concatenated batch of kB (mean loss), on every backend."""
+import contextlib
+
 import numpy as np
 import paddle
 import pytest
@@ -19,6 +21,18 @@ x_all, y_all = digits_as_mnist()
 
 def params_of(scope, main):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main)}
+
+
+@contextlib.contextmanager
+def transpiled_mlp(backend, accumulate_steps):
+    """mnist_mlp with SGD, started in a scope of its own and transpiled: (main, loss, scope, exe)."""
+    main, startup, _, loss = build_program("mnist_mlp", "sgd", lr=LR["sgd"])
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        paddle_ngraph.transpile(main, backend=backend, accumulate_steps=accumulate_steps)
+        yield main, loss, scope, exe
 
 
 def micro_batches(update):
@@ -80,19 +94,13 @@ def run(optimizer, updates, backend):
 
 def test_accumulate_steps_1_is_plain_training(backend):
     """k = 1 is the default path (no accumulators): every call updates."""
-    with ir_guard("legacy"):
-        main, startup, _, loss = build_program("mnist_mlp", "sgd", lr=LR["sgd"])
-        scope = paddle.static.Scope()
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            paddle_ngraph.transpile(main, backend=backend, accumulate_steps=1)
-            engine = engines()[-1]
-            assert engine.accumulate is None and engine.accumulators == []
-            micro, _ = micro_batches(0)
-            before = params_of(scope, main)
-            exe.run(main, feed={"x": micro[0][0], "y": micro[0][1]}, fetch_list=[loss])
-            after = params_of(scope, main)
+    with ir_guard("legacy"), transpiled_mlp(backend, 1) as (main, loss, scope, exe):
+        engine = engines()[-1]
+        assert engine.accumulate is None and engine.accumulators == []
+        micro, _ = micro_batches(0)
+        before = params_of(scope, main)
+        exe.run(main, feed={"x": micro[0][0], "y": micro[0][1]}, fetch_list=[loss])
+        after = params_of(scope, main)
     assert all(not np.array_equal(before[n], after[n]) for n in before)
 
 
@@ -115,16 +123,10 @@ def test_a_program_without_an_optimizer_update_cannot_accumulate():
 def test_a_checkpoint_between_micro_steps_is_refused_and_after_the_kth_is_written(tmp_path):
     from paddle_ngraph.checkpoint import CheckpointError, save_checkpoint
 
-    with ir_guard("legacy"):
-        main, startup, _, loss = build_program("mnist_mlp", "sgd", lr=LR["sgd"])
-        scope = paddle.static.Scope()
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            paddle_ngraph.transpile(main, backend="INTERPRETER", accumulate_steps=2)
-            micro, _ = micro_batches(0)
-            exe.run(main, feed={"x": micro[0][0], "y": micro[0][1]}, fetch_list=[loss])
-            with pytest.raises(CheckpointError, match="after micro-step 1 of 2"):
-                save_checkpoint(main, str(tmp_path), step=1, rank=0)
-            exe.run(main, feed={"x": micro[1][0], "y": micro[1][1]}, fetch_list=[loss])
-            assert save_checkpoint(main, str(tmp_path), step=1, rank=0) is not None
+    with ir_guard("legacy"), transpiled_mlp("INTERPRETER", 2) as (main, loss, scope, exe):
+        micro, _ = micro_batches(0)
+        exe.run(main, feed={"x": micro[0][0], "y": micro[0][1]}, fetch_list=[loss])
+        with pytest.raises(CheckpointError, match="after micro-step 1 of 2"):
+            save_checkpoint(main, str(tmp_path), step=1, rank=0)
+        exe.run(main, feed={"x": micro[1][0], "y": micro[1][1]}, fetch_list=[loss])
+        assert save_checkpoint(main, str(tmp_path), step=1, rank=0) is not None

@@ -22,7 +22,8 @@ from ...ir import Function, clone_function
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
 from ...passes.fuse_matmul_bias import FuseMatMulBias
-from ...passes.liveness import COLLECTIVES, IN_PLACE_COLLECTIVES, Liveness
+from ...ir.ops.collective import COLLECTIVE_OPS
+from ...passes.liveness import IN_PLACE_COLLECTIVES, Liveness
 from ...passes.memory_plan import MemoryPlan
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
@@ -191,7 +192,7 @@ class CPUExecutable(Executable):
         self.last = None  # the specialization of the last call, for reports
         kernels = set(_native().registered_op_types())
         missing = sorted({n.op_type for n in function.ordered_nodes()
-                          if n.op_type not in kernels and n.op_type not in COLLECTIVES
+                          if n.op_type not in kernels and n.op_type not in COLLECTIVE_OPS
                           and n.op_type not in ("Parameter", "Constant")})
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")

@@ -55,7 +55,8 @@ class InterpreterExecutable(Executable):
             values[p.id] = [value]
         self.submitted = self.completed = 0
         tracing = self.tracing
-        spans = self._spans = timeline.Spans()
+        if tracing:
+            spans = self._spans = timeline.Spans()
         for pos, node in enumerate(self.nodes):
             args = [values[i.node.id][i.index] for i in node.inputs]
             collective = node.id in self.collective_ids

@@ -16,7 +16,7 @@ REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 # Wire formats of a compressed AllReduce (distributed/compress.py): "none" sends float32 as is.
 COMPRESSIONS = ("none", "bf16", "fp16")
 # Every op type of this module: the ops that communicate.
-COLLECTIVE_OPS = frozenset(__all__[:6])
+COLLECTIVE_OPS = frozenset({"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"})
 
 
 class Collective(Node):
