@@ -26,7 +26,15 @@ def transpile(program, backend: str | None = None, **options):
     return _transpile(program, backend=backend, **options)
 
 
-__all__ = ["convert", "unsupported_ops", "transpile", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+def engines():
+    """The engines of this process (one per engine segment of each transpiled program), oldest
+    first; each has ``steps`` (``exe.run`` calls it served) and ``updates`` (optimizer steps)."""
+    from .transpiler import engines as _engines
+
+    return _engines()
+
+
+__all__ = ["convert", "unsupported_ops", "transpile", "engines", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "__version__"]

@@ -61,6 +61,7 @@ SCHEMA: dict[str, Option] = {
     "accumulate_steps": Option("int", minimum=1),
     "timeout_s": Option("number", minimum=0, exclusive_minimum=True),
     "hierarchical": Option("str", choices=("auto", "on", "off"), case="lower"),
+    "fallback": Option("bool"),
     "log_level": Option("str", choices=LOG_LEVELS, case="upper"),
 }
 KEYS = tuple(SCHEMA)

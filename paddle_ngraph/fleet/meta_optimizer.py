@@ -130,7 +130,7 @@ class NgraphOptimizer(MetaOptimizerBase):
                   compress=config["compress"], threads=config["threads"], check_finite=config["check_finite"],
                   timeout_s=config["timeout_s"], zero_stage=config["zero_stage"],
                   accumulate_steps=config["accumulate_steps"],
-                  hierarchical=config["hierarchical"])
+                  hierarchical=config["hierarchical"], fallback=config["fallback"])
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d, "
                  "compress %s", self.transport.rank, self.transport.size, config["backend"], self.transport.name,
                  config["zero_stage"], config["compress"])

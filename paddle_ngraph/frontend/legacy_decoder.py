@@ -5,7 +5,7 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import (BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+from .program_view import (BACKWARD, CAPTURED, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
                            paddle_load_error, read_program_bytes)
 
 # op_role bits (paddle/fluid/framework/op_proto_maker.h)
@@ -66,8 +66,37 @@ def decode_program(program, source: str = "<legacy program>") -> ProgramView:
             for attr in op.attr_names:
                 if attr not in _BOOKKEEPING_ATTRS:
                     view.attrs[normalize(attr)] = op.attr(attr)
+            sub_blocks = _sub_blocks(program, op)
+            if sub_blocks:
+                view.inputs[CAPTURED] = _captured_names(program, sub_blocks)
             ops.append(view)
     return ProgramView(ir="legacy", ops=ops, vars=variables, source=source, native=program)
+
+
+def _sub_blocks(program, op) -> list:
+    indices = []
+    for attr in ("sub_block", "sub_blocks"):
+        if op.has_attr(attr):
+            value = op.attr(attr)
+            for block in value if isinstance(value, (list, tuple)) else [value]:
+                indices.append(block.idx if hasattr(block, "idx") else int(block))
+    return [program.block(i) for i in indices]
+
+
+def _captured_names(program, blocks) -> list[str]:
+    """Variables of enclosing blocks that the ops of ``blocks`` (and their own sub-blocks) read."""
+    defined, reads = set(), []
+
+    def walk(block):
+        for op in block.ops:
+            reads.extend(n for slot in op.input_names for n in op.input(slot) if n not in defined)
+            defined.update(n for slot in op.output_names for n in op.output(slot))
+            for sub in _sub_blocks(program, op):
+                walk(sub)
+
+    for block in blocks:
+        walk(block)
+    return list(dict.fromkeys(reads))
 
 
 def load_program_file(path: str):

@@ -12,7 +12,7 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import (BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+from .program_view import (BACKWARD, CAPTURED, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
                            paddle_load_error, read_program_bytes)
 
 _BOOKKEEPING_ATTRS = {"op_callstack", "stop_gradient", "struct_name", "place", "persistable",
@@ -111,8 +111,33 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
         for attr, value in op.attrs().items():
             if attr not in _BOOKKEEPING_ATTRS:
                 view.attrs[normalize(attr)] = value
+        if op.num_regions():
+            captured = [value_name(v) for v in _captured_values(op)]
+            view.inputs[CAPTURED] = [n for n in dict.fromkeys(captured) if n]
         ops_out.append(view)
     return ProgramView(ir="pir", ops=ops_out, vars=variables, source=source, native=program, value_names=names, values=values)
+
+
+def _captured_values(op) -> list:
+    """Values defined outside ``op`` that the ops of its regions read (PIR regions capture outer
+    values implicitly, without listing them as operands of ``op``)."""
+    inner, reads = set(), []
+
+    def walk(block):
+        args, kwargs = block.args, block.kwargs
+        args, kwargs = args() if callable(args) else args, kwargs() if callable(kwargs) else kwargs
+        for arg in list(args) + list(kwargs.values()):
+            inner.add(arg.id)
+        for inner_op in block.ops:
+            for result in inner_op.results():
+                inner.add(result.id)
+            reads.extend(v for v in inner_op.operands_source() if v is not None and v.initialized())
+            for sub in inner_op.blocks():
+                walk(sub)
+
+    for block in op.blocks():
+        walk(block)
+    return [v for v in reads if v.id not in inner]
 
 
 def _slot_names(op) -> tuple[list, list]:

@@ -15,6 +15,10 @@ from ..errors import ProgramFileError
 from ..ir.types import DType
 
 FORWARD, BACKWARD, OPTIMIZE = "forward", "backward", "optimize"
+# The input slot of a control-flow op (PIR ``pd_op.if``/``while``, legacy ``conditional_block``)
+# listing the outer values its sub-blocks read: PIR regions use outer values without operands,
+# and legacy sub-block ops read block-0 variables by name. The engine must leave them readable.
+CAPTURED = "captured"
 
 
 def normalize(name: str) -> str:

@@ -83,3 +83,23 @@ class InsertAllReduce(FunctionPass):
                 update.inputs[update.grad_input] = reduce.output(j)
             self.buckets.append([u.inputs[u.param_input].node.name for u in bucket])
         return True
+
+
+def average_results(function: Function, names: list[str], reduction: str = "avg", compress: str = "none") -> Function:
+    """The function with the results ``fetch:<name>`` (gradients that an optimizer update left to
+    Paddle reads) passed through one AllReduce per dtype: with the fallback, the update is not
+    in the function, so ``InsertAllReduce`` cannot find the gradient from it."""
+    from ..frontend import FETCH_PREFIX
+
+    results = dict(function.results)
+    by_dtype: dict = {}
+    for name in names:
+        by_dtype.setdefault(results[FETCH_PREFIX + name].dtype, []).append(name)
+    for i, (dtype, group) in enumerate(by_dtype.items()):
+        mode = compress if dtype == DType.float32 and reduction in ("sum", "avg") else "none"
+        reduce = AllReduce(*[results[FETCH_PREFIX + n] for n in group], reduction=reduction,
+                           bucket=f"{function.name}_fallback_grads_{i}", compress=mode,
+                           name=f"allreduce_{function.name}_fallback_grads_{i}")
+        for j, name in enumerate(group):
+            results[FETCH_PREFIX + name] = reduce.output(j)
+    return Function(function.parameters, results, name=function.name)

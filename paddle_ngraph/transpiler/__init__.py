@@ -9,26 +9,32 @@ variables in the scope, updated in place, so ``paddle.static.save``/``load`` wor
 """
 from __future__ import annotations
 
+import logging
+
 from .. import _bridge
 from ..backends import default_backend, get_backend
 from ..distributed.mpi import HIERARCHICAL_MODES
-from ..errors import ConfigError
-from ..frontend import STATE_PREFIX, decode
+from ..errors import ConfigError, UnsupportedOpsError
+from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported
 from ..passes import InsertAllReduce, PassManager
+from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply, check_steps
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op
 from .engine import Engine, engines
-from .rewrite import plan, rewrite_legacy, rewrite_pir
+from .rewrite import rewrite_legacy, rewrite_pir
+from .segments import plan_segments
 from .sharded_state import ShardedState
 
 __all__ = ["transpile", "engines"]
+log = logging.getLogger("paddle_ngraph.transpiler")
 
 
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
               min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
-              hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1):
+              hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1,
+              fallback: bool = True):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -54,17 +60,20 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     is returned on every call. Combines with ``zero_stage`` and ``compress``: their collectives
     carry the averaged accumulated gradients on the k-th call.
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
+    ``fallback``: ops the engine lacks (and control flow) stay Paddle ops between engine segments;
+    ``False`` refuses such a program with ``UnsupportedOpsError`` listing them.
 
     With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
     kernels and collectives are recorded into a Chrome trace per rank (backends/timeline.py).
     """
     from ..backends.timeline import timeline_from_env
-    from ..distributed import initial_sync, resolve_transport
+    from ..distributed import resolve_transport
 
     engine_op.library()  # registers the operator before the program refers to it
     view = decode(program)
-    session, anchors, fetch = plan(view, fetch_list)
-    function = session.function(fetch, name="ngraph_engine")
+    plan = plan_segments(view, fetch_list)
+    if plan.fallback and not fallback:
+        raise UnsupportedOpsError(find_unsupported(view, plan.fallback))
     transport = resolve_transport(transport, nranks)
     if zero_stage not in (0, 1):
         raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
@@ -74,23 +83,57 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
         raise ConfigError(f"compress: {compress!r} cannot be combined with zero_stage 1 (the sharded buckets are "
                           f"reduce-scattered in float32); set one of them")
+    check_steps(accumulate_steps)
+    if len(plan.segments) > 1 and (zero_stage or accumulate_steps > 1):
+        raise ConfigError(f"{'zero_stage 1' if zero_stage else 'accumulate_steps'} needs the whole program on the "
+                          f"engine; these ops fall back to Paddle: {plan.fallback_summary()}")
+    if plan.fallback:
+        log.info("%s: %d op(s) left to Paddle (%s); %d engine segment(s)", view.source, len(plan.fallback),
+                 plan.fallback_summary(), len(plan.segments))
     timeline = timeline_from_env(transport.rank, transport.size)
+    options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
+    compiler = get_backend(backend or default_backend(), **options)
+    if transport.size > 1:
+        transport.set_hierarchical(hierarchical)
+    settings = dict(bucket_mb=bucket_mb, reduction=reduction, min_buckets=min_buckets, zero_stage=zero_stage,
+                    compress=compress, accumulate_steps=accumulate_steps, timeout_s=timeout_s)
+    handover: dict = {}
+    engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
+               for i, seg in enumerate(plan.segments)]
+    if view.ir == "pir":
+        rewrite_pir(view, plan, engines)
+    else:
+        rewrite_legacy(view, plan, engines)
+    return program
+
+
+def _build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered: bool) -> Engine:
+    """Converts one segment, runs the collective passes on it, compiles it and registers its engine."""
+    from ..distributed import initial_sync
+
+    session = ConversionSession(view)
+    for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
+        session.value(name)
+    session.convert_ops(seg.ops)
+    function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=f"ngraph_engine_{seg.index}")
+    if seg.allreduce and transport.size > 1:
+        function = average_results(function, seg.allreduce, settings["reduction"], settings["compress"])
     original = function
-    if check_steps(accumulate_steps) > 1:
+    accumulate_steps, zero_stage = settings["accumulate_steps"], settings["zero_stage"]
+    if accumulate_steps > 1:
         # The apply variant takes the function's place: the collective passes below rewrite it
         # (AllReduce, or ZeRO-1's reduce-scatter/update/allgather of the averaged accumulated
         # gradients); the accumulate variant, built after them, has no collective.
         function, accumulators = build_apply(original, accumulate_steps)
     passes, sharding = [], None
     if transport.size > 1:
-        transport.set_hierarchical(hierarchical)
         skip = {n for n, v in view.vars.items() if v.is_distributed}
-        buckets = dict(bucket_bytes=int(bucket_mb * (1 << 20)), reduction=reduction, skip_params=skip,
-                       min_buckets=min_buckets)
+        buckets = dict(bucket_bytes=int(settings["bucket_mb"] * (1 << 20)), reduction=settings["reduction"],
+                       skip_params=skip, min_buckets=settings["min_buckets"])
         if zero_stage == 1:
             sharding = ShardOptimizer(transport.size, **buckets)
             passes.append(sharding)
-        passes.append(InsertAllReduce(transport.size, compress=compress, **buckets))
+        passes.append(InsertAllReduce(transport.size, compress=settings["compress"], **buckets))
     PassManager(passes).run(function)
     sharded = None
     if sharding is not None and sharding.buckets:
@@ -103,8 +146,6 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
         accumulate = build_accumulate(original, inputs)
         PassManager([]).run(accumulate)  # validates (and dumps, if asked)
         accumulation = Accumulation(accumulate_steps, accumulate, accumulators)
-    options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
-    compiler = get_backend(backend or default_backend(), **options)
     executable = compiler.compile(function, inplace_results=_inplace_results(function))
     accumulate_executable = None
     if accumulation:
@@ -114,18 +155,16 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if transport.size > 1:
         from ..distributed.watchdog import watchdog_for
 
-        watchdog = watchdog_for(transport, timeout_s)
-    engine = Engine(function, executable, fetch, transport=transport,
+        watchdog = watchdog_for(transport, settings["timeout_s"])
+    outputs = [n for n in seg.outputs]
+    order_inputs = (1 if ordered else 0) + len(seg.after)
+    engine = Engine(function, executable, outputs, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
-                    timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable)
+                    timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable,
+                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out, order_inputs=order_inputs)
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
-    input_names = [p.name for p in function.parameters[:engine.num_inputs]]
-    if view.ir == "pir":
-        rewrite_pir(view, anchors, engine, input_names, fetch)
-    else:
-        rewrite_legacy(view, anchors, engine, input_names, fetch)
-    return program
+    return engine
 
 
 def _inplace_results(function) -> dict[str, str]:

@@ -10,6 +10,11 @@ two variants: micro-steps that are not the k-th run the accumulate one (no colle
 update), the k-th runs the apply one (AllReduce and update). The engine owns the accumulators
 (zero-initialized NumPy arrays, one per gradient, passed after Paddle's inputs) and zeroes them
 after each apply step.
+
+With the fallback (``segments.py``) a program has several engines, one per segment. Values that
+only later segments read are handed over in ``handover``, a dict the engines of one program share:
+a segment's engine stores them after its step, a later one passes them to its executable as its
+last parameters. Trailing ``order_inputs`` of the operator only order it after other ops.
 """
 from __future__ import annotations
 
@@ -53,7 +58,8 @@ class Variant:
 
 class Engine:
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
-                 watchdog=None, sharded=None, timeline=None, accumulation=None, accumulate_executable=None):
+                 watchdog=None, sharded=None, timeline=None, accumulation=None, accumulate_executable=None,
+                 handover=None, handed_in=(), handed_out=(), order_inputs=0):
         """``function``/``executable``: what runs every step, or with ``accumulation`` the apply
         variant (it has the collectives and the update) and ``accumulate_executable`` the other."""
         self.id = next(_ids)
@@ -70,7 +76,11 @@ class Engine:
         self.accumulate_steps = accumulation.steps if accumulation else 1
         accumulators = accumulation.accumulators if accumulation else []
         self.accumulators = [np.zeros(p.output_types[0].shape, p.output_types[0].dtype.numpy) for p in accumulators]
-        self.num_inputs = len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
+        self.handover = handover if handover is not None else {}
+        self.handed_in = list(handed_in)
+        self.order_inputs = order_inputs
+        self.num_inputs = (len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
+                           - len(self.handed_in))
         self.function = function
         self.executable = executable
         self.transport = transport
@@ -86,6 +96,8 @@ class Engine:
         self.apply = Variant(function, executable, fetch_names)
         self.accumulate = Variant(accumulation.accumulate, accumulate_executable, fetch_names) if accumulation else None
         self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
+        results = list(function.results)
+        self.handed_out = [(n, results.index(FETCH_PREFIX + n)) for n in handed_out]
 
     @property
     def functions(self) -> list[Function]:
@@ -112,8 +124,10 @@ class Engine:
                                      f"{[d if d >= 0 else None for d in expected.shape]}")
 
     def run(self, arrays, dtype_codes):
-        if len(arrays) != self.num_inputs:
-            raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {self.num_inputs}")
+        if len(arrays) != self.num_inputs + self.order_inputs:
+            raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {self.num_inputs}"
+                                 f" (and {self.order_inputs} for ordering)")
+        arrays, dtype_codes = arrays[:self.num_inputs], dtype_codes[:self.num_inputs]
         problem = None
         try:
             self.check_inputs(arrays, dtype_codes)
@@ -165,7 +179,12 @@ class Engine:
 
     def _step(self, arrays):
         variant = self.next_variant()
-        arrays = list(arrays) + self.accumulators
+        paddle_inputs = list(arrays)
+        try:
+            arrays = paddle_inputs + [self.handover[n] for n in self.handed_in] + self.accumulators
+        except KeyError as e:
+            raise ExecutionError(f"ngraph_engine {self.id}: value {e} of an earlier engine segment was not made "
+                                 f"(did the earlier segment run in this step?)") from None
         if self.sharded is not None:
             if self.sharded.stale:
                 self.sharded.pull({p.name: a for p, a in zip(self.function.parameters, arrays)})
@@ -183,6 +202,13 @@ class Engine:
         for result_pos, input_pos in variant.state_writeback:
             if outputs[result_pos].ctypes.data != arrays[input_pos].ctypes.data:  # not updated in place
                 np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
+        for name, pos in self.handed_out:
+            value = outputs[pos]
+            # A view of a Paddle input (a Reshape of a feed) must not outlive the operator call:
+            # Paddle may free or reuse that buffer before the next segment runs.
+            if any(np.may_share_memory(value, a) for a in paddle_inputs):
+                value = value.copy()
+            self.handover[name] = value
         fetched = [(code, outputs[pos]) for code, pos in zip(self.output_codes, variant.fetch_positions)]
         if variant is self.apply:
             self.updates += 1

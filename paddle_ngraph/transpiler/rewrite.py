@@ -1,102 +1,156 @@
-"""Rewrites a Paddle program in place so that one ``ngraph_engine`` op runs it.
+"""Rewrites a Paddle program in place so that ``ngraph_engine`` ops run its segments.
 
-The engine takes over every op of block 0 except the feed and parameter
-declarations. The forward sinks ("anchors": the final mean of the loss,
-metrics, predictions) stay in the program too, now reading the engine's
-outputs: in PIR, the values a user holds for fetching belong to the ops that
-define them, so those ops must survive for ``exe.run(fetch_list=[loss])`` to
-keep working. Anchors are cheap reductions; the engine computes them as well.
+Each engine segment (``segments.py``) becomes one ``ngraph_engine`` op placed where
+its first op was; the ops it converted are removed. What stays: feed and parameter
+declarations, the ops the engine lacks, and the forward sinks ("anchors": the final
+mean of the loss, metrics, predictions), now reading the engine's outputs: in PIR,
+the values a user holds for fetching belong to the ops that define them, so those
+ops must survive for ``exe.run(fetch_list=[loss])`` to keep working. Anchors are
+cheap reductions; the engine computes them as well.
+
+The operator's last output slot is the segment's ordering token: the next segment
+takes it as an input it ignores (see ``segments.py``).
 """
 from __future__ import annotations
 
 from ..errors import ConversionError
-from ..frontend import ConversionSession, ProgramView, forward_sinks
-from ..frontend.op_table import SKIPPED_OPS
 from . import engine_op
+from .segments import Plan
 
 _KEPT_PIR_OPS = {"pd_op.data", "builtin.parameter"}
+TOKEN_SLOT = 15
 
 
-def plan(view: ProgramView, extra_fetch=()):
-    """Returns (session, anchors, fetch names) after converting every op of block 0."""
-    if any(op.block != 0 for op in view.ops):
-        raise ConversionError("programs with sub-blocks (control flow) are not supported yet")
-    session = ConversionSession(view)
-    session.convert_ops(view.ops)
-    anchors = forward_sinks(view)
-    extra = {view.name_of(h) for h in extra_fetch}
-    if extra:
-        anchors += [op for op in view.ops if op not in anchors and extra & set(op.output_names())
-                    and op.type not in SKIPPED_OPS]
-    producer = {n: op for op in view.ops if op.type not in SKIPPED_OPS for n in op.output_names()}
-    # Constants the anchors read (PIR's full_int_array axes) stay in Paddle: Paddle wants
-    # such operands defined by constant ops, and they cost nothing.
-    constants = []
-    fetch = []
-    for op in anchors:
-        for name in op.input_names():
-            source = producer.get(name)
-            if source is None:
+def _output_slots(engine, names: list[str]) -> dict[int, str]:
+    if len(names) > TOKEN_SLOT:
+        raise ConversionError(f"ngraph_engine {engine.id}: {len(names)} outputs for Paddle; the operator has "
+                              f"{TOKEN_SLOT} (plus the ordering token)")
+    return dict(enumerate(names))
+
+
+# --- legacy ProgramDesc -------------------------------------------------------------------------------
+def rewrite_legacy(view, plan: Plan, engines: list):
+    block = view.native.global_block()
+    kept = {id(op.native) for op in plan.kept}
+    # Ops of block 0 the engines converted (and are not kept): removed once the engines are in.
+    converted = {id(op.native) for seg in plan.segments for op in seg.ops if id(op.native) not in kept}
+    token = None
+    renames = []  # (Paddle op, old input name, new name): updates reading an averaged copy
+    placements = []
+    for seg, engine in zip(plan.segments, engines):
+        outputs = {}
+        names = list(seg.outputs)
+        if seg.before_op is not None:
+            # Collective-only segment: the Paddle update reads the averaged copy under a new name.
+            averaged = f"{names[0]}@ngraph_avg_{engine.id}"
+            source = block.var(names[0])
+            block.create_var(name=averaged, dtype=source.dtype, shape=source.shape)
+            renames.append((seg.before_op.native, names[0], averaged))
+            names = [averaged]
+        for slot, name in _output_slots(engine, names).items():
+            outputs[f"Out{slot}"] = [block.var(name)]
+        token_name = f"ngraph_engine_{engine.id}.token"
+        for slot in range(engine_op.max_outputs()):
+            if f"Out{slot}" in outputs:
                 continue
-            if not source.input_names():
-                if source not in constants and source not in anchors:
-                    constants.append(source)
-            elif name not in fetch:
-                fetch.append(name)
-    anchors = anchors + constants
-    if len(fetch) > engine_op.max_outputs():
-        raise ConversionError(f"the ops left to Paddle read {len(fetch)} values from the engine; the ngraph_engine "
-                              f"operator has {engine_op.max_outputs()} output slots")
-    return session, anchors, fetch
-
-
-def rewrite_legacy(view: ProgramView, anchors, engine, input_names: list[str], fetch: list[str]):
-    program = view.native
-    block = program.global_block()
-    keep = {id(op.native) for op in anchors}
+            name = token_name if slot == TOKEN_SLOT else f"ngraph_engine_{engine.id}.unused_{slot}"
+            outputs[f"Out{slot}"] = [block.create_var(name=name, dtype="float32", shape=[0])]
+        order = ([token] if token is not None else []) + list(seg.after)
+        inputs = [block.var(n) for n in seg.inputs] + [block.var(n) for n in order]
+        placements.append((seg.first.native, dict(type="ngraph_engine", inputs={"X@VECTOR": inputs},
+                                                  outputs=outputs, attrs={"engine_id": engine.id})))
+        token = token_name
+    for anchor_op, spec in reversed(placements):
+        index = next(i for i, op in enumerate(block.ops) if op is anchor_op)
+        block._insert_op(index, **spec)
     for index in range(len(block.ops) - 1, -1, -1):
         op = block.ops[index]
-        if id(op) not in keep and op.type not in ("feed", "fetch", "fetch_v2"):
+        if id(op) in converted:
             block._remove_op(index, sync=False)
-    outputs = {}
-    for slot in range(engine_op.max_outputs()):
-        if slot < len(fetch):
-            outputs[f"Out{slot}"] = [block.var(fetch[slot])]
-        else:
-            name = f"ngraph_engine_{engine.id}.unused_{slot}"
-            outputs[f"Out{slot}"] = [block.create_var(name=name, dtype="float32", shape=[0])]
-    first = next((i for i, op in enumerate(block.ops) if op.type != "feed"), len(block.ops))
-    block._insert_op(first, type="ngraph_engine", inputs={"X@VECTOR": [block.var(n) for n in input_names]},
-                     outputs=outputs, attrs={"engine_id": engine.id})
+    for op, old, new in renames:
+        op._rename_input(old, new)
     block._sync_with_cpp()
 
 
-def rewrite_pir(view: ProgramView, anchors, engine, input_names: list[str], fetch: list[str]):
+# --- PIR ---------------------------------------------------------------------------------------------
+# PIR's Python op objects are made afresh on each access: ops are compared by ``op.id()``.
+def rewrite_pir(view, plan: Plan, engines: list):
     import paddle
     from paddle import _C_ops
 
     program = view.native
     block = program.global_block()
-    anchor_ops = [op.native for op in anchors]
+    kept = {op.native.id() for op in plan.kept}
     ops = list(block.ops)
-    removed = [op for op in ops if op.name() not in _KEPT_PIR_OPS and not any(op is a for a in anchor_ops)]
+    converted = {op.native.id() for seg in plan.segments for op in seg.ops} - kept
+    # PIR's list packing and unpacking (builtin.combine/split) follow their users and producers.
+    removed = [op for op in ops if op.id() in converted or _follows_converted(op, converted)]
+    removed_ids = {op.id() for op in removed}
     sources = [op for op in ops if op.name() in _KEPT_PIR_OPS]
     first_other = next((op for op in ops if op.name() not in _KEPT_PIR_OPS), None)
     if first_other is None:
         return
-    # The engine reads every feed and parameter: their declarations must come before it.
+    # The engines read feeds and parameters: their declarations come first.
     for op in sources:
         op.move_before(first_other)
-    inputs = [view.values[n] for n in input_names]
-    with paddle.static.program_guard(program):
-        paddle.pir.set_insertion_point(first_other)
-        outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)
-        paddle.pir.reset_insertion_point_to_end()
-    produced_by_engine = dict(zip(fetch, outs))
-    for op in anchor_ops:
-        for i, value in enumerate(op.operands_source()):
-            name = view.value_names.get(value.id) if value.initialized() else None
-            if name in produced_by_engine:
-                op.operand(i).set_source(produced_by_engine[name])
+    token = None
+    for seg, engine in zip(plan.segments, engines):
+        order = ([token] if token is not None else []) + [view.values[n] for n in seg.after]
+        inputs = [view.values[n] for n in seg.inputs] + order
+        with paddle.static.program_guard(program):
+            paddle.pir.set_insertion_point(seg.first.native)
+            outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)
+            paddle.pir.reset_insertion_point_to_end()
+        engine_op_id = outs[0].get_defining_op().id()
+        for slot, name in _output_slots(engine, seg.outputs).items():
+            if seg.before_op is not None:  # collective-only: just the update it serves
+                target = seg.before_op.native.id()
+                accept = lambda user, target=target: user.id() == target  # noqa: E731
+            else:
+                accept = lambda user: user.id() not in removed_ids and user.id() != engine_op_id  # noqa: E731
+            _replace_uses(view.values[name], outs[slot], accept)
+        token = outs[TOKEN_SLOT]
     for op in reversed(removed):
+        for value in op.results():
+            if not value.initialized():
+                continue
+            users = [u for u in value.all_used_ops() if _outermost(u).id() not in removed_ids]
+            if users:
+                raise ConversionError(f"internal: {users[0].name()} still reads a result of the converted op "
+                                      f"{op.name()}, which no engine outputs")
         block.remove_op(op)
+
+
+def _follows_converted(op, converted: set) -> bool:
+    """``builtin.combine`` goes with its users; ``builtin.split``, ``shadow_output`` and
+    ``set_parameter`` with the op whose result they take, when an engine converted it."""
+    name = op.name()
+    if name == "builtin.combine":
+        users = [u for r in op.results() if r.initialized() for u in r.all_used_ops()]
+        return bool(users) and all(u.id() in converted for u in users)
+    if name in ("builtin.split", "builtin.shadow_output", "builtin.set_parameter"):
+        sources = [v.get_defining_op() for v in op.operands_source() if v is not None and v.initialized()]
+        return bool(sources) and all(s is not None and s.id() in converted for s in sources)
+    return False
+
+
+def _replace_uses(old, new, accept):
+    """Points the operands that read ``old`` at ``new`` in the users ``accept`` admits, judged by
+    their block-0 ancestor (ops inside control-flow regions read outer values directly)."""
+    for user in list(old.all_used_ops()):
+        if not accept(_outermost(user)):
+            continue
+        for i, operand in enumerate(user.operands_source()):
+            if operand is not None and operand.initialized() and operand.id == old.id:
+                user.operand(i).set_source(new)
+
+
+def _outermost(op):
+    """The block-0 op enclosing ``op`` (itself if it is in block 0)."""
+    while True:
+        block = op.get_parent_block()
+        parent = getattr(block, "parent_op", None) if block is not None else None
+        parent = parent() if callable(parent) else parent
+        if parent is None:
+            return op
+        op = parent

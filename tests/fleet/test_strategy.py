@@ -17,7 +17,7 @@ from paddle_ngraph.fleet import config as cfg
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, compress, hierarchical, log_level, min_buckets, reduction, threads, "
+VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, compress, fallback, hierarchical, log_level, min_buckets, reduction, threads, "
               "timeout_s, transport, zero_stage")
 
 
@@ -120,7 +120,7 @@ def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "compress": "none", "threads": 0, "check_finite": False, "timeout_s": 60,
                                       "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto",
-                                      "accumulate_steps": 1}
+                                      "accumulate_steps": 1, "fallback": True}
 
 
 def test_precedence(tmp_path, monkeypatch):

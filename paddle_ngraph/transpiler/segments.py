@@ -1,0 +1,211 @@
+"""Splits a program into engine segments and the ops left to Paddle (the fallback).
+
+As the historical Paddle nGraph bridge did, every maximal run of ops the engine
+converts becomes one ``ngraph_engine`` operator; ops it lacks (and control-flow
+ops, whose sub-blocks Paddle runs) stay Paddle ops between them, reading and
+writing the same variables. A program the engine converts whole is one segment.
+
+What crosses a segment's border:
+- **Paddle inputs**: feeds, parameters, persistable state, and values the ops left
+  to Paddle produce. Persistable variables are always read from Paddle: a segment
+  that updates one writes it back in place, so a later segment sees the new value.
+- **Paddle outputs**: values a Paddle op reads (the fallback ops, the forward sinks
+  kept for fetching, the sub-blocks of control flow), copied into Paddle tensors.
+- **Handed-over values**: values only later segments read (forward activations
+  that the backward segment needs) stay engine arrays, passed in memory without
+  a Paddle tensor or a copy.
+- **Order**: each segment takes the previous segment's last output slot (an empty
+  tensor, the "token") and one output of every Paddle op since, as inputs it
+  ignores, so that Paddle's executor, which orders ops by the variables they
+  read, cannot run a segment before the values it was handed are made or before
+  a Paddle op that reads a parameter the segment updates in place.
+
+Gradients: each is averaged across ranks exactly once, before its optimizer
+update reads it. An update converted by the engine gets its AllReduce from the
+``insert_allreduce`` pass inside its segment, wherever the gradient came from.
+A gradient read by an update left to Paddle is averaged by the segment that
+produces it, before it leaves that segment (``Segment.allreduce``); if a Paddle op
+produced it too, a segment holding only that AllReduce runs just before the update.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConversionError
+from ..frontend import OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
+from ..frontend.op_table import OP_TABLE
+
+# Source ops: declarations of feeds and parameters, which stay where they are (moved first in PIR).
+SOURCE_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter"}
+
+
+@dataclass
+class Segment:
+    index: int
+    ops: list                                              # OpView, converted by this segment's engine
+    inputs: list = field(default_factory=list)             # names read from Paddle
+    handed_in: list = field(default_factory=list)          # names received in memory from earlier segments
+    outputs: list = field(default_factory=list)            # names copied out for the ops left to Paddle
+    handed_out: list = field(default_factory=list)         # names later segments read
+    allreduce: list = field(default_factory=list)          # outputs averaged across ranks before they leave
+    after: list = field(default_factory=list)              # Paddle values to run after (order only)
+    before_op: object = None                               # collective-only segment: the Paddle update it serves
+
+    @property
+    def first(self):
+        return self.ops[0] if self.ops else self.before_op
+
+
+@dataclass
+class Plan:
+    segments: list
+    kept: list                                             # OpView left to Paddle (fallback ops, sinks, constants)
+    fallback: list                                         # the ops the engine lacks, in program order
+
+    def fallback_summary(self) -> str:
+        counts: dict[str, int] = {}
+        for op in self.fallback:
+            counts[op.type] = counts.get(op.type, 0) + 1
+        return ", ".join(f"{t} x{n}" if n > 1 else t for t, n in counts.items())
+
+
+def _is_update(op) -> bool:
+    return op.role == OPTIMIZE and "param" in op.inputs and "grad" in op.inputs
+
+
+def plan_segments(view: ProgramView, extra_fetch=()) -> Plan:
+    """Chooses the segments of block 0 and the ops left to Paddle."""
+    block0 = [op for op in view.ops if op.block == 0]
+    fallback = [op for op in block0 if op.type not in OP_TABLE and op.type not in SKIPPED_OPS]
+    fallback_ids = {id(op) for op in fallback}
+    anchors = forward_sinks(view)
+    extra = {view.name_of(h) for h in extra_fetch}
+    if extra:
+        anchors += [op for op in block0 if op not in anchors and extra & set(op.output_names())
+                    and op.type not in SKIPPED_OPS and id(op) not in fallback_ids]
+    anchors = [op for op in anchors if id(op) not in fallback_ids]
+
+    # The latest op (program order) writing each name before a given position.
+    position = {id(op): i for i, op in enumerate(block0)}
+    writers: dict[str, list] = {}
+    for op in block0:
+        if op.type in SOURCE_OPS or op.type in SKIPPED_OPS:
+            continue
+        for name in op.output_names():
+            writers.setdefault(name, []).append(op)
+
+    def producer(name: str, reader_position: int):
+        found = None
+        for op in writers.get(name, ()):
+            if position[id(op)] < reader_position:
+                found = op
+        return found
+
+    # Constants (ops without inputs) that kept ops read stay in Paddle too: Paddle wants such
+    # operands (axes, shapes) defined by constant ops, and they cost nothing.
+    kept_ids = fallback_ids | {id(op) for op in anchors}
+    constants = []
+    changed = True
+    while changed:
+        changed = False
+        for op in block0:
+            if id(op) not in kept_ids:
+                continue
+            for name in op.input_names():
+                source = producer(name, position[id(op)])
+                if (source is not None and id(source) not in kept_ids and not source.input_names()
+                        and source.type in OP_TABLE):
+                    kept_ids.add(id(source))
+                    constants.append(source)
+                    changed = True
+    kept = [op for op in block0 if id(op) in kept_ids]
+
+    # Segments: maximal runs of engine ops between the fallback ops. Sinks and constants, which
+    # the engine converts as well, do not split a run.
+    segments: list[Segment] = []
+    current: list = []
+    for op in block0:
+        if op.type in SKIPPED_OPS:
+            continue
+        if id(op) in fallback_ids:
+            if current:
+                segments.append(Segment(len(segments), current))
+                current = []
+            continue
+        current.append(op)
+    if current:
+        segments.append(Segment(len(segments), current))
+    segment_of = {id(op): s for s in segments for op in s.ops}
+
+    for seg in segments:
+        inputs, handed_in = [], []
+        for op in seg.ops:
+            for name in op.input_names():
+                source = producer(name, position[id(op)])
+                owner = segment_of.get(id(source)) if source is not None else None
+                if owner is seg:
+                    continue
+                info = view.vars.get(name)
+                if owner is not None and not (info is not None and info.persistable):
+                    if name not in handed_in:
+                        handed_in.append(name)
+                        if name not in owner.handed_out:
+                            owner.handed_out.append(name)
+                elif name not in inputs:
+                    inputs.append(name)
+        seg.inputs, seg.handed_in = inputs, handed_in
+
+    # Values kept ops read that segments produce; ops of sub-blocks read at their owner's position.
+    # (Ops of legacy sub-blocks read at their owner's position: the owner lists them as CAPTURED.)
+    for op in kept:
+        for name in op.input_names():
+            source = producer(name, position[id(op)])
+            if source is None or id(source) in kept_ids:
+                continue
+            owner = segment_of.get(id(source))
+            if owner is not None and name not in owner.outputs:
+                owner.outputs.append(name)
+
+    # Gradients of updates left to Paddle: averaged where they are produced.
+    collective_only = []
+    for op in fallback:
+        if not _is_update(op):
+            continue
+        for name in op.inputs["grad"]:
+            if not name:
+                continue
+            source = producer(name, position[id(op)])
+            owner = segment_of.get(id(source)) if source is not None else None
+            if owner is not None:
+                if name not in owner.allreduce:
+                    owner.allreduce.append(name)
+                if name not in owner.outputs:
+                    owner.outputs.append(name)
+            else:
+                collective_only.append(Segment(-1, [], inputs=[name], outputs=[name], allreduce=[name], before_op=op))
+    if collective_only:
+        ordered = sorted(segments + collective_only, key=lambda s: position[id(s.first)])
+        for i, seg in enumerate(ordered):
+            seg.index = i
+        segments = ordered
+
+    # Order-only inputs: the previous segment's token (added by the rewrite) and one output of
+    # every Paddle op since the previous segment.
+    previous_position = -1
+    for seg in segments:
+        start = position[id(seg.first)]
+        seg.after = [next(iter(op.output_names()), None) for op in fallback
+                     if previous_position < position[id(op)] < start]
+        seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
+        previous_position = start
+    for seg in segments:
+        if len(seg.outputs) > _MAX_PADDLE_OUTPUTS:
+            raise ConversionError(
+                f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
+                f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
+                f"{_MAX_PADDLE_OUTPUTS} output slots for them")
+    return Plan(segments, kept, fallback)
+
+
+# The operator's 16 slots, minus the last, which carries the ordering token.
+_MAX_PADDLE_OUTPUTS = 15
