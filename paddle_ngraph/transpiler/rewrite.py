@@ -151,6 +151,6 @@ def _outermost(op):
         block = op.get_parent_block()
         parent = getattr(block, "parent_op", None) if block is not None else None
         parent = parent() if callable(parent) else parent
-        if parent is None:
+        if parent is None or parent.name() == "builtin.module":  # block 0 belongs to the module op
             return op
         op = parent

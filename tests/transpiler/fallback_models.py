@@ -1,0 +1,96 @@
+"""Programs with ops the engine lacks, for the fallback tests (one process and mpirun workers).
+
+``signed_square`` is a Paddle custom operator built from ``custom_ops/signed_square.cc`` with
+``paddle.utils.cpp_extension`` (once; later loads reuse the build under ``build/``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import paddle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD_DIR = os.path.join(ROOT, "build", "test_custom_ops")
+FEATURES, HIDDEN, CLASSES = 6, 8, 3
+
+
+@functools.lru_cache(maxsize=None)
+def custom_op_module():
+    """Loaded once per process: a second ``load`` of the same operator returns an empty module."""
+    import contextlib
+    import io
+    import warnings
+
+    from paddle.utils.cpp_extension import load
+
+    os.makedirs(BUILD_DIR, exist_ok=True)
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "custom_ops", "signed_square.cc")
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")  # "No ccache found"
+        return load(name="pdng_signed_square", sources=[source], build_directory=BUILD_DIR, verbose=False)
+
+
+def build(middle: str, optimizer: str = "sgd", lr: float = 0.1, batch: int = -1):
+    """x -> Linear -> middle -> Linear -> softmax cross-entropy; ``middle``: ``custom`` (the custom
+    operator), ``cumsum`` (an op without converter), ``param_cumsum`` (adds the cumsum of a
+    parameter: its gradient comes from a Paddle op) or ``cond`` (a static.nn.cond sub-block)."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [batch, FEATURES], "float32")
+        y = paddle.static.data("y", [batch, 1], "int64")
+        h = paddle.nn.Linear(FEATURES, HIDDEN)(x)
+        if middle == "custom":
+            h = custom_op_module().pdng_signed_square(h)
+        elif middle == "cumsum":
+            h = paddle.cumsum(h, axis=1)
+        elif middle == "param_cumsum":
+            offset = paddle.create_parameter([HIDDEN], "float32", name="offset",
+                                             default_initializer=paddle.nn.initializer.Uniform(-0.5, 0.5))
+            h = h + paddle.cumsum(offset, axis=0)
+        elif middle == "cond":
+            h = paddle.static.nn.cond(paddle.mean(h) > 0, lambda: paddle.nn.functional.relu(h), lambda: h * 0.5)
+        elif middle != "none":
+            raise ValueError(middle)
+        logits = paddle.nn.Linear(HIDDEN, CLASSES)(h)
+        loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
+        make = {"sgd": lambda: paddle.optimizer.SGD(lr), "momentum": lambda: paddle.optimizer.Momentum(lr, 0.9),
+                "adagrad": lambda: paddle.optimizer.Adagrad(lr)}[optimizer]
+        make().minimize(loss)
+    return main, startup, loss
+
+
+def data(steps: int, batch: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((steps, batch, FEATURES)).astype("float32")
+    ys = rng.integers(0, CLASSES, (steps, batch, 1)).astype("int64")
+    return xs, ys
+
+
+def parameter_names(main) -> list[str]:
+    if paddle.framework.in_pir_mode():
+        return sorted(op.attrs()["parameter_name"] for op in main.global_block().ops if op.name() == "builtin.parameter")
+    return sorted(p.name for p in main.all_parameters())
+
+
+def train(middle, optimizer, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
+    """Losses and final parameters of ``len(xs)`` steps; with ``transpile`` (a dict of options) on
+    the engine, each rank feeding its ``1/nranks`` share of every batch."""
+    import paddle_ngraph
+
+    paddle.seed(seed)
+    main, startup, loss = build(middle, optimizer)
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if transpile is not None:
+            paddle_ngraph.transpile(main, **transpile)
+        share = len(xs[0]) // nranks
+        losses = []
+        for xb, yb in zip(xs, ys):
+            feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
+            losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
+        params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main)}
+    return main, np.array(losses), params

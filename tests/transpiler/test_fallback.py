@@ -1,0 +1,115 @@
+"""The fallback: ops the engine lacks stay Paddle ops between engine segments, and the program
+trains exactly as Paddle's executor trains it, in both IRs and on both backends."""
+import numpy as np
+import pytest
+
+import paddle_ngraph
+from paddle_ngraph.errors import ConfigError, UnsupportedOpsError
+from paddle_ngraph.frontend import decode
+from paddle_ngraph.transpiler.segments import plan_segments
+
+import fallback_models as fm
+from harness import IRS, assert_trained_close, ir_guard
+
+STEPS, BATCH = 3, 8
+MATMUL_OPS = {"pd_op.matmul", "matmul_v2", "mul", "pd_op.matmul_grad", "matmul_v2_grad", "mul_grad"}
+
+
+def op_types(program) -> list[str]:
+    if hasattr(program, "global_block") and hasattr(program.global_block().ops[0], "name"):
+        return [op.name() for op in program.global_block().ops]
+    return [op.type for op in program.global_block().ops]
+
+
+def check_equal(middle, optimizer, ir, backend):
+    xs, ys = fm.data(STEPS, BATCH)
+    with ir_guard(ir):
+        _, ref_losses, ref_params = fm.train(middle, optimizer, xs, ys)
+        main, losses, params = fm.train(middle, optimizer, xs, ys, transpile={"backend": backend})
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-6)
+    assert sorted(params) == sorted(ref_params)
+    for name in params:
+        assert_trained_close(params[name], ref_params[name], optimizer, name, lr=0.1)
+    return op_types(main)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_custom_operator_between_linear_layers(ir, backend):
+    types = check_equal("custom", "sgd", ir, backend)
+    # The custom operator and its gradient stay Paddle ops; the Linear layers run on the engine.
+    assert any(t.endswith("pdng_signed_square") for t in types)
+    assert any(t.endswith("pdng_signed_square_grad") for t in types)
+    assert not MATMUL_OPS & set(types), types
+    assert sum(t.endswith("ngraph_engine") for t in types) == 3
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_optimizer_update_left_to_paddle(ir, backend):
+    types = check_equal("cumsum", "adagrad", ir, backend)
+    assert sum(t in ("adagrad", "pd_op.adagrad_") for t in types) == 4
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_parameter_whose_gradient_comes_from_paddle(ir, optimizer, backend):
+    check_equal("param_cumsum", optimizer, ir, backend)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_cond_sub_block(ir, backend):
+    if ir == "legacy":
+        pytest.skip("Paddle 3.3.1's static.nn.cond cannot build legacy programs (logical_not refuses a Variable)")
+    types = check_equal("cond", "momentum", ir, backend)
+    assert types.count("pd_op.if") == 2  # forward and backward
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_fallback_false_refuses(ir):
+    with ir_guard(ir):
+        main, _, _ = fm.build("cumsum")
+        with pytest.raises(UnsupportedOpsError, match="cumsum"):
+            paddle_ngraph.transpile(main, backend="INTERPRETER", fallback=False)
+        assert "ngraph_engine" not in " ".join(op_types(main))  # refused before any change
+
+
+@pytest.mark.parametrize("option", [dict(zero_stage=1), dict(accumulate_steps=2)])
+def test_whole_program_options_refused_with_fallback(option):
+    with ir_guard("pir"):
+        main, _, _ = fm.build("cumsum")
+        with pytest.raises(ConfigError, match=r"pd_op.cumsum, pd_op.cumsum_grad"):
+            paddle_ngraph.transpile(main, backend="INTERPRETER", **option)
+
+
+# --- the plan itself ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("ir", IRS)
+def test_plan_of_custom_operator(ir):
+    with ir_guard(ir):
+        main, _, _ = fm.build("custom")
+        plan = plan_segments(decode(main))
+    assert [op.type.split(".")[-1] for op in plan.fallback] == ["pdng_signed_square", "pdng_signed_square_grad"]
+    custom, custom_grad = plan.fallback
+    first, middle, last = plan.segments
+    # The first Linear's output goes to the custom op; the second segment gives Paddle the custom
+    # op's output gradient (and the loss's input, for the mean kept for fetching); the values the
+    # last segment needs from earlier segments are handed over in memory.
+    assert first.outputs == custom.input_names()
+    assert set(custom_grad.input_names()) - set(custom.input_names()) - set(custom.output_names()) <= set(middle.outputs)
+    assert not last.outputs and set(last.handed_in) <= set(first.handed_out) | set(middle.handed_out)
+    assert last.after and not first.after
+    assert not any(seg.allreduce for seg in plan.segments)  # the updates are on the engine
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_plan_averages_gradients_of_updates_left_to_paddle(ir):
+    with ir_guard(ir):
+        main, _, _ = fm.build("param_cumsum", "adagrad")
+        view = decode(main)
+        plan = plan_segments(view)
+    updates = [op for op in plan.fallback if "adagrad" in op.type]
+    grads = {op.inputs["grad"][0] for op in updates}
+    averaged = [n for seg in plan.segments for n in seg.allreduce]
+    assert sorted(averaged) == sorted(grads) and len(averaged) == len(set(averaged)) == 5  # exactly once each
+    # The parameter whose gradient a Paddle op (cumsum_grad) makes has a segment of its own,
+    # just before its update.
+    alone = [seg for seg in plan.segments if seg.before_op is not None]
+    assert len(alone) == 1 and not alone[0].ops and "adagrad" in alone[0].before_op.type
