@@ -38,6 +38,7 @@ class ConversionSession:
         self.env: dict[str, Output] = {}
         self.parameters: list[Parameter] = []
         self.initial: dict[str, Parameter] = {}
+        self.produced: dict[int, dict[str, Output]] = {}  # id(OpView) -> what its converter bound
 
     # --- values ---------------------------------------------------------------------------
     def value(self, name: str, ctx: NodeContext | None = None) -> Output:
@@ -59,6 +60,7 @@ class ConversionSession:
         if not isinstance(value, Output):
             raise ctx.fail(f"converter bound {type(value).__name__} to output '{name}'")
         self.env[name] = value
+        self.produced.setdefault(id(ctx.op), {})[name] = value
 
     # --- conversion ------------------------------------------------------------------------
     def convert_ops(self, ops):

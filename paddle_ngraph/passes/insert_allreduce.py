@@ -35,7 +35,7 @@ class InsertAllReduce(FunctionPass):
     name = "insert_allreduce"
 
     def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=(),
-                 min_buckets: int = 1, compress: str = "none"):
+                 min_buckets: int = 1, compress: str = "none", raw_gradients=None):
         if compress not in COMPRESSIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' is not one of {', '.join(COMPRESSIONS)}")
         if compress != "none" and reduction not in ("sum", "avg"):
@@ -46,6 +46,9 @@ class InsertAllReduce(FunctionPass):
         self.min_buckets = max(1, int(min_buckets))
         self.reduction = reduction
         self.skip_params = set(skip_params)
+        # Parameter name -> its raw gradient (before clipping), where the update reads a processed
+        # one (transpiler/gradients.py): the AllReduce averages the raw one for all its readers.
+        self.raw_gradients = dict(raw_gradients or {})
         self.buckets: list[list[str]] = []  # parameter names per bucket, for reports
 
     def run(self, function: Function) -> bool:
@@ -56,32 +59,47 @@ class InsertAllReduce(FunctionPass):
                    and n.inputs[n.grad_input].node.op_type not in COLLECTIVE_OPS]  # reduced already (ZeRO-1)
         if not updates:
             return False
+
+        def gradient(update):
+            raw = self.raw_gradients.get(update.inputs[update.param_input].node.name)
+            return raw if raw is not None else update.inputs[update.grad_input]
+
         # Ready order: the gradient producer's creation order, then the parameter name for ties.
-        updates.sort(key=lambda n: (n.inputs[n.grad_input].node.id, n.inputs[n.param_input].node.name))
+        updates.sort(key=lambda n: (gradient(n).node.id, n.inputs[n.param_input].node.name))
         buckets: list[list[OptimizerUpdate]] = []
         size = 0
         cap = self.bucket_bytes
         if cap > 0 and self.min_buckets > 1:
-            total = sum(u.inputs[u.grad_input].type.nbytes() for u in updates)
+            total = sum(gradient(u).type.nbytes() for u in updates)
             cap = min(cap, -(-total // self.min_buckets))
         self.effective_bucket_bytes = cap
         for update in updates:
-            grad = update.inputs[update.grad_input]
+            grad = gradient(update)
             nbytes = grad.type.nbytes()
             if (not buckets or cap == 0 or (size > 0 and size + nbytes > cap)
-                    or buckets[-1][0].inputs[buckets[-1][0].grad_input].dtype != grad.dtype):
+                    or gradient(buckets[-1][0]).dtype != grad.dtype):
                 buckets.append([])
                 size = 0
             buckets[-1].append(update)
             size += nbytes
+        replaced = {}
         for i, bucket in enumerate(buckets):
-            grads = [u.inputs[u.grad_input] for u in bucket]
+            grads = [gradient(u) for u in bucket]
             compress = self.compress if grads[0].dtype == DType.float32 else "none"
             reduce = AllReduce(*grads, reduction=self.reduction, bucket=f"grad_bucket_{i}", compress=compress,
                                name=f"allreduce_bucket_{i}")
             for j, update in enumerate(bucket):
-                update.inputs[update.grad_input] = reduce.output(j)
+                if grads[j] is update.inputs[update.grad_input]:
+                    update.inputs[update.grad_input] = reduce.output(j)
+                else:
+                    replaced[(grads[j].node.id, grads[j].index)] = reduce.output(j)
             self.buckets.append([u.inputs[u.param_input].node.name for u in bucket])
+        if replaced:
+            # Every reader of a raw gradient (norms, clipping, the update) reads its average.
+            for node in function.ordered_nodes():
+                if node.op_type == "AllReduce":
+                    continue
+                node.inputs = [replaced.get((o.node.id, o.index), o) for o in node.inputs]
         return True
 
 

@@ -22,6 +22,7 @@ from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, buil
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op
 from .engine import Engine, engines
+from .gradients import raw_gradients
 from .rewrite import rewrite_legacy, rewrite_pir
 from .segments import plan_segments
 from .sharded_state import ShardedState
@@ -133,7 +134,8 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         if zero_stage == 1:
             sharding = ShardOptimizer(transport.size, **buckets)
             passes.append(sharding)
-        passes.append(InsertAllReduce(transport.size, compress=settings["compress"], **buckets))
+        passes.append(InsertAllReduce(transport.size, compress=settings["compress"],
+                                      raw_gradients=_raw_gradient_values(view, seg, session), **buckets))
     PassManager(passes).run(function)
     sharded = None
     if sharding is not None and sharding.buckets:
@@ -165,6 +167,26 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def _raw_gradient_values(view, seg, session) -> dict:
+    """Parameter name -> the IR value of its raw gradient (before clipping), for the updates of
+    this segment that read a processed one (gradients.py)."""
+    from ..ir.ops.optimizer import OptimizerUpdate
+
+    values = {}
+    for update_id, (producer, name) in raw_gradients(view, seg.ops).items():
+        update = next((o.node for o in session.produced.get(update_id, {}).values()
+                       if isinstance(o.node, OptimizerUpdate)), None)
+        if update is None:
+            continue
+        if producer is not None and id(producer) in session.produced:
+            raw = session.produced[id(producer)].get(name)
+        else:
+            raw = session.initial[name].output() if name in session.initial else None
+        if raw is not None:
+            values[update.inputs[update.param_input].node.name] = raw
+    return values
 
 
 def _inplace_results(function) -> dict[str, str]:
