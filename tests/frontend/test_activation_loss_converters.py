@@ -155,9 +155,9 @@ def test_huber_loss(ir, dtype, delta):
     y[0, :2] = x[0, :2] + [delta, -delta]  # on the boundary of the quadratic zone
 
     def build(x, y):
-        return static_op(lambda: paddle._C_ops.huber_loss(x, y, delta)[0], "huber_loss", {"X": x, "Y": y},
-                         {"delta": delta}, outputs=("Out", "Residual"))[0] if ir == "legacy" else \
-            paddle._C_ops.huber_loss(x, y, delta)[0]
+        out = static_op(lambda: paddle._C_ops.huber_loss(x, y, delta)[0], "huber_loss", {"X": x, "Y": y},
+                        {"delta": delta}, outputs=("Out", "Residual"))
+        return out[0] if ir == "legacy" else out  # legacy: [Out, Residual]
 
     check_against_paddle(build, {"x": x, "y": y}, ir=ir, **TOL[dtype])
 
@@ -252,9 +252,9 @@ def test_nll_loss(ir, dtype, reduction, weighted, spatial):
 
     def build(x, label, w=None):
         inputs = {"X": x, "Label": label, **({"Weight": w} if w is not None else {})}
-        return static_op(lambda: paddle._C_ops.nll_loss(x, label, w, -100, reduction)[0], "nll_loss", inputs,
-                         {"ignore_index": -100, "reduction": reduction}, outputs=("Out", "Total_weight"))[0] \
-            if ir == "legacy" else paddle._C_ops.nll_loss(x, label, w, -100, reduction)[0]
+        out = static_op(lambda: paddle._C_ops.nll_loss(x, label, w, -100, reduction)[0], "nll_loss", inputs,
+                        {"ignore_index": -100, "reduction": reduction}, outputs=("Out", "Total_weight"))
+        return out[0] if ir == "legacy" else out  # legacy: [Out, Total_weight]
 
     check_against_paddle(build, feeds, ir=ir, **TOL[dtype])
 
