@@ -41,32 +41,57 @@ def _roles(ops) -> list[str]:
     """Forward ops precede the backward region, which starts at the loss-gradient seed.
 
     PIR ops carry no op_role. Paddle's append_backward appends the seed
-    ``full_like(loss, full(1.0))`` and then the ``*_grad`` ops, so the backward
-    region starts at the first ``*_grad`` op, or at the ``full``/``full_like``
-    ops feeding only backward ops just before it.
+    ``full_like(loss, full(1.0))`` after every forward op, then the backward ops: ``*_grad``
+    ops, but also plain ops (the gradient of ``scale`` is a ``scale``). So the backward region
+    starts at the seed; without a recognizable seed (gradients asked for other targets), at
+    the first ``*_grad`` op or the ``full``/``full_like`` ops feeding only backward ops just
+    before it.
     """
     n = len(ops)
     first_grad = next((i for i, op in enumerate(ops) if op.name().endswith("_grad")), None)
-    roles = []
-    for i, op in enumerate(ops):
-        if _is_optimizer(op):
-            roles.append(OPTIMIZE)
-        elif first_grad is not None and i >= first_grad:
-            roles.append(BACKWARD)
-        else:
-            roles.append(FORWARD)
+    start = None
     if first_grad is not None:
+        start = _seed_position(ops, first_grad)
+    if start is None and first_grad is not None:
         # Walk back over the seed: full_like/full ops whose results feed only backward ops.
+        start = first_grad
         i = first_grad - 1
         while i >= 0 and ops[i].name() in ("pd_op.full_like", "pd_op.full"):
             users = [u for r in ops[i].results() if r.initialized() for u in r.all_used_ops()]
             if users and all(u.name().endswith("_grad") or u.name() in ("pd_op.full_like",) for u in users):
-                roles[i] = BACKWARD
+                start = i
                 i -= 1
             else:
                 break
+    roles = []
+    for i, op in enumerate(ops):
+        if _is_optimizer(op):
+            roles.append(OPTIMIZE)
+        elif start is not None and i >= start:
+            roles.append(BACKWARD)
+        else:
+            roles.append(FORWARD)
     assert len(roles) == n
     return roles
+
+
+def _seed_position(ops, first_grad: int) -> int | None:
+    """Index of the seed ``full_like(loss, 1.0)`` (or of the ``full(1.0)`` made for it just
+    before): the last ``full_like`` before the first ``*_grad`` op, filled with 1."""
+    for i in range(first_grad - 1, -1, -1):
+        if ops[i].name() != "pd_op.full_like":
+            continue
+        operands = ops[i].operands_source()
+        fill = operands[1].get_defining_op() if len(operands) > 1 and operands[1].initialized() else None
+        if fill is None or fill.name() != "pd_op.full" or float(fill.attrs().get("value", 0)) != 1.0:
+            return None
+        j = i - 1
+        if j >= 0 and ops[j].id() == fill.id():
+            users = [u for r in fill.results() if r.initialized() for u in r.all_used_ops()]
+            if all(u.id() == ops[i].id() for u in users):
+                return j
+        return i
+    return None
 
 
 def decode_program(program, source: str = "<pir program>") -> ProgramView:
