@@ -44,12 +44,13 @@ OP_TABLE = {
     "silu_grad": zoo_activation.silu_grad, "pd_op.silu_grad": zoo_activation.silu_grad,
     # Shape-only ops; their grads reshape the output grad back to X's shape (legacy: XShape).
     "flatten_contiguous_range": zoo_shape.flatten_contiguous_range, "pd_op.flatten": zoo_shape.flatten_contiguous_range,
-    "flatten_contiguous_range_grad": shape.reshape2_grad, "pd_op.flatten_grad": shape.reshape2_grad,
-    "flatten2": zoo_shape.flatten2, "flatten2_grad": shape.reshape2_grad,
+    "flatten_contiguous_range_grad": zoo_shape.flatten_contiguous_range_grad,
+    "pd_op.flatten_grad": zoo_shape.flatten_contiguous_range_grad,
+    "flatten2": zoo_shape.flatten2, "flatten2_grad": zoo_shape.flatten_contiguous_range_grad,
     "squeeze2": zoo_shape.squeeze2, "pd_op.squeeze": zoo_shape.squeeze2,
-    "squeeze2_grad": shape.reshape2_grad, "pd_op.squeeze_grad": shape.reshape2_grad,
+    "squeeze2_grad": zoo_shape.squeeze2_grad, "pd_op.squeeze_grad": zoo_shape.squeeze2_grad,
     "unsqueeze2": zoo_shape.unsqueeze2, "pd_op.unsqueeze": zoo_shape.unsqueeze2,
-    "unsqueeze2_grad": shape.reshape2_grad, "pd_op.unsqueeze_grad": shape.reshape2_grad,
+    "unsqueeze2_grad": zoo_shape.unsqueeze2_grad, "pd_op.unsqueeze_grad": zoo_shape.unsqueeze2_grad,
     # split's grad is a concat op in both IRs (converted by shape.concat).
     "split": zoo_shape.split, "pd_op.split": zoo_shape.split, "pd_op.split_with_num": zoo_shape.split,
     # Broadcasts, whose grads sum over the broadcast dims.

@@ -7,9 +7,9 @@ import paddle
 import paddle.nn.functional as F
 import pytest
 
-from harness import IRS, check_against_paddle, ir_guard, static_op
-from paddle_ngraph.errors import ConversionError
 import paddle_ngraph
+from harness import IRS, check_against_paddle, ir_guard, run_function, static_op
+from paddle_ngraph.errors import ConversionError
 
 rng = np.random.default_rng(0)
 TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
@@ -132,14 +132,9 @@ def test_flatten(ir, dtype, start, stop):
 
 
 @pytest.mark.parametrize("ir", IRS)
-def test_flatten_layer_dynamic_batch(ir):
-    """paddle.nn.Flatten as the zoo uses it, with a dynamic batch."""
-    x = normal((3, 2, 2, 2))
-
-    def build(x):
-        return paddle.nn.Flatten()(paddle.reshape(x, [-1, 2, 2, 2]))
-
-    check_against_paddle(build, {"x": x}, ir=ir)
+def test_flatten_layer(ir):
+    """paddle.nn.Flatten as the zoo uses it (a dynamic batch: test_chain_with_dynamic_batch)."""
+    check_against_paddle(lambda x: paddle.nn.Flatten()(x), {"x": normal((3, 2, 2, 2))}, ir=ir)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, 3])
@@ -188,6 +183,14 @@ def test_split_one_output_used(ir):
     """Only one part reaches the loss: the other part's grad is filled with zeros by Paddle."""
     x = normal((2, 6))
     check_against_paddle(lambda x: paddle.split(x, [2, 4], axis=1)[1] * 2.0, {"x": x}, ir=ir)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", [None, "float64", "int32"])
+def test_full_like_dtype(ir, dtype):
+    """full_like keeps X's dtype unless told (legacy fill_any_like says -1 for "X's dtype")."""
+    x = normal((2, 3))
+    check_against_paddle(lambda x: paddle.full_like(x, 2.0, dtype=dtype) + 0, {"x": x}, ir=ir, grads=False)
 
 
 # --- expand, expand_as, tile ---------------------------------------------------------------------------------
@@ -307,3 +310,35 @@ def test_squeeze_of_a_dynamic_axis_is_refused(ir):
             paddle.squeeze(x, [0])
         with pytest.raises(ConversionError, match="dynamic"):
             paddle_ngraph.convert(main)
+
+
+# --- a chain of these ops on a dynamic batch ----------------------------------------------------------------
+@pytest.mark.parametrize("ir", IRS)
+def test_chain_with_dynamic_batch(ir):
+    """The batch stays -1 through every op (one dynamic dim is left for each reshape to infer)."""
+    feeds = {"x": normal((3, 8, 4, 6))}
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 8, 4, 6], "float32")
+            x.stop_gradient = False
+            y = paddle.squeeze(paddle.unsqueeze(F.hardswish(x), [1, 3]), [1])          # [-1, 8, 1, 4, 6]
+            a, b = paddle.split(paddle.flatten(y, 2, 3), [2, 2], axis=2)               # [-1, 8, 2, 6] each
+            a = paddle.tile(F.relu6(a), [1, 1, 2, 1])                                 # [-1, 8, 4, 6]
+            b = paddle.expand(F.silu(b)[:, :, :1, :], [-1, 8, 4, 6])
+            z = paddle.flip(a + b, [1]) * F.hardsigmoid(x)
+            z = F.pixel_unshuffle(F.pixel_shuffle(z, 2), 2)
+            z = static_op(lambda: paddle.roll(z, [1, -1], [1, 3]), "roll", {"X": z}, {"shifts": [1, -1], "axis": [1, 3]})
+            z = paddle.index_select(F.swish(z), paddle.assign(np.array([5, 0, 5], "int64")), axis=1)
+            loss = static_op(lambda: paddle.mean(z), "mean", {"X": z})
+            fetch = [loss, z] + paddle.static.gradients([loss], [x])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        reference = exe.run(main, feed=feeds, fetch_list=fetch)
+        function = paddle_ngraph.convert(main, fetch_list=fetch)
+        by_name = {k[len("fetch:"):]: v for k, v in run_function(function, feeds).items() if k.startswith("fetch:")}
+        view = paddle_ngraph.frontend.decode(main)
+        ours = [by_name[view.name_of(h)] for h in fetch]
+    assert function.parameters[0].output_types[0].shape == (-1, 8, 4, 6)
+    for got, ref in zip(ours, reference):
+        np.testing.assert_allclose(got, ref, **TOL["float32"])

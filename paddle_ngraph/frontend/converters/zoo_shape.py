@@ -3,7 +3,7 @@ unsqueeze, split, expand, expand_as, tile, pixel_shuffle/pixel_unshuffle, flip, 
 
 All lower to data-movement primitives (Reshape, Transpose, Slice, Concat, Gather, Select),
 and their grads to the inverse movement or to sums (ReduceSum, ScatterAdd). The grads of
-flatten, squeeze and unsqueeze are ``shape.reshape2_grad``: a reshape back to X's shape; the
+flatten, squeeze and unsqueeze reshape back to X's shape as ``shape.reshape2_grad`` does; the
 grad of split is a ``concat`` op in both IRs, and flip's grad is a ``flip`` op.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from ...ir import Output, ops
 from ...ir.types import DType, normalize_axis
 from .helpers import reduce_to_shape
-from .shape import const_ints, set_list_output, zeros_like
+from .shape import const_ints, reshape2_grad, set_list_output, zeros_like
 
 
 # --- shared --------------------------------------------------------------------------------------------
@@ -81,6 +81,11 @@ def flatten2(ctx):
     _set_out_and_xshape(ctx, _reshape(ctx, x, dims), x)
 
 
+def flatten_contiguous_range_grad(ctx):
+    """Also flatten2_grad: dout reshaped to X's shape (legacy: XShape, which stands for X)."""
+    reshape2_grad(ctx)
+
+
 # --- squeeze and unsqueeze ---------------------------------------------------------------------------------
 def squeeze2(ctx):
     """squeeze2 (legacy; axes attribute), squeeze (PIR; axis operand). No axes: every size-1 dim;
@@ -127,6 +132,16 @@ def unsqueeze2(ctx):
     x = ctx.input("X", "x")
     axes = const_ints(ctx, "axes", "AxesTensor", "AxesTensorList", "axis")
     _set_out_and_xshape(ctx, _reshape(ctx, x, _unsqueezed_dims(ctx, list(x.shape), axes)), x)
+
+
+def squeeze2_grad(ctx):
+    """dout reshaped to X's shape (legacy: XShape, which stands for X)."""
+    reshape2_grad(ctx)
+
+
+def unsqueeze2_grad(ctx):
+    """dout reshaped to X's shape (legacy: XShape, which stands for X)."""
+    reshape2_grad(ctx)
 
 
 # --- split (its grad is a concat op) --------------------------------------------------------------------------
@@ -208,12 +223,8 @@ def expand_as_v2_grad(ctx):
 
 
 def _tile_spec(ctx, x: Output):
-    """(x's dims, repeats), both padded with leading 1s to one rank. Legacy expand (v1) has the
-    same meaning under the names expand_times/ExpandTimes/expand_times_tensor."""
-    if ctx.op_type in ("expand", "expand_grad"):
-        repeats = const_ints(ctx, "expand_times", "ExpandTimes", "expand_times_tensor")
-    else:
-        repeats = const_ints(ctx, "repeat_times", "RepeatTimes", "repeat_times_tensor")
+    """(x's dims, repeats), both padded with leading 1s to one rank."""
+    repeats = const_ints(ctx, "repeat_times", "RepeatTimes", "repeat_times_tensor")
     if any(r < 1 for r in repeats):
         raise ctx.fail(f"repeat times {repeats} must be positive")
     rank = max(x.type.rank, len(repeats))
@@ -224,9 +235,9 @@ def tile(ctx):
     """Each repeated dim d becomes [1, d], broadcast to [r, d] and merged into r*d."""
     x = ctx.input("X", "x")
     dims, repeats = _tile_spec(ctx, x)
-    split_dims = [e for d, r in zip(dims, repeats) for e in ([1, d] if r != 1 else [d])]
-    split_target = [e for d, r in zip(dims, repeats) for e in ([r, d] if r != 1 else [d])]
-    tiled = _broadcast(_reshape(ctx, x, split_dims), split_target)
+    apart = [e for d, r in zip(dims, repeats) for e in ([1, d] if r != 1 else [d])]
+    apart_target = [e for d, r in zip(dims, repeats) for e in ([r, d] if r != 1 else [d])]
+    tiled = _broadcast(_reshape(ctx, x, apart), apart_target)
     ctx.set_output(("Out", "out"), _reshape(ctx, tiled, [d * r if d >= 0 else -1 for d, r in zip(dims, repeats)]))
 
 
@@ -234,13 +245,13 @@ def tile_grad(ctx):
     """dout [r*d, ...] seen as [r, d, ...], summed over the r axes."""
     x, dout = ctx.input("X", "x"), ctx.input("Out@GRAD", "out_grad")
     dims, repeats = _tile_spec(ctx, x)
-    split_dims, sum_axes = [], []
+    apart, sum_axes = [], []
     for d, r in zip(dims, repeats):
         if r != 1:
-            sum_axes.append(len(split_dims))
-            split_dims.append(r)
-        split_dims.append(d)
-    grad = _reshape(ctx, dout, split_dims)
+            sum_axes.append(len(apart))
+            apart.append(r)
+        apart.append(d)
+    grad = _reshape(ctx, dout, apart)
     if sum_axes:
         grad = ops.ReduceSum(grad, axes=sum_axes, keep_dims=False).output()
     ctx.set_output(("X@GRAD", "x_grad"), _reshape(ctx, grad, list(x.shape)))
@@ -275,9 +286,9 @@ def _pixel_shuffle(ctx, x: Output, r: int, channel_last: bool) -> Output:
     if channels % (r * r):
         raise ctx.fail(f"channels {channels} of {x.type} are not a multiple of upscale_factor^2 = {r * r}")
     c = channels // (r * r)
-    split = [n, h, w, c, r, r] if channel_last else [n, c, r, r, h, w]
+    grouped = [n, h, w, c, r, r] if channel_last else [n, c, r, r, h, w]
     out = [n, h * r, w * r, c] if channel_last else [n, c, h * r, w * r]
-    moved = ops.Transpose(_reshape(ctx, x, split), perm=[0, 1, 4, 2, 5, 3]).output()
+    moved = ops.Transpose(_reshape(ctx, x, grouped), perm=[0, 1, 4, 2, 5, 3]).output()
     return _reshape(ctx, moved, out)
 
 
@@ -287,9 +298,9 @@ def _pixel_unshuffle(ctx, x: Output, r: int, channel_last: bool) -> Output:
     n, h, w, c = _spatial(ctx, x, channel_last)
     if h % r or w % r:
         raise ctx.fail(f"H and W of {x.type} are not multiples of downscale_factor {r}")
-    split = [n, h // r, r, w // r, r, c] if channel_last else [n, c, h // r, r, w // r, r]
+    grouped = [n, h // r, r, w // r, r, c] if channel_last else [n, c, h // r, r, w // r, r]
     out = [n, h // r, w // r, c * r * r] if channel_last else [n, c * r * r, h // r, w // r]
-    moved = ops.Transpose(_reshape(ctx, x, split), perm=[0, 1, 3, 5, 2, 4]).output()
+    moved = ops.Transpose(_reshape(ctx, x, grouped), perm=[0, 1, 3, 5, 2, 4]).output()
     return _reshape(ctx, moved, out)
 
 
