@@ -9,6 +9,7 @@ from __future__ import annotations
 from .converters import activation, compare, elementwise, indexing, loss, matmul, optimizer, reduction, shape, tensor
 from .converters import conv, legacy_loss, nn, norm, pool
 from .converters import losses, math_ops
+from .converters import zoo_activation, zoo_shape
 
 OP_TABLE = {
     # matmul
@@ -29,6 +30,47 @@ OP_TABLE = {
     # activations
     "relu": activation.relu, "pd_op.relu": activation.relu,
     "relu_grad": activation.relu_grad, "pd_op.relu_grad": activation.relu_grad,
+    # --- zoo and shape ops (flatten, squeeze, split, hard activations, ...) ---
+    # Activations of MobileNet v2/v3 and ShuffleNet v2 swish; Paddle 3's kernels ignore legacy
+    # relu6 threshold, hard_swish threshold/scale/offset and swish beta (zoo_activation.py).
+    "relu6": zoo_activation.relu6, "pd_op.relu6": zoo_activation.relu6,
+    "relu6_grad": zoo_activation.relu6_grad, "pd_op.relu6_grad": zoo_activation.relu6_grad,
+    "hard_swish": zoo_activation.hard_swish, "pd_op.hardswish": zoo_activation.hard_swish,
+    "hard_swish_grad": zoo_activation.hard_swish_grad, "pd_op.hardswish_grad": zoo_activation.hard_swish_grad,
+    "hard_sigmoid": zoo_activation.hard_sigmoid, "pd_op.hardsigmoid": zoo_activation.hard_sigmoid,
+    "hard_sigmoid_grad": zoo_activation.hard_sigmoid_grad, "pd_op.hardsigmoid_grad": zoo_activation.hard_sigmoid_grad,
+    "swish": zoo_activation.swish, "pd_op.swish": zoo_activation.swish,
+    "swish_grad": zoo_activation.swish_grad, "pd_op.swish_grad": zoo_activation.swish_grad,
+    "silu": zoo_activation.silu, "pd_op.silu": zoo_activation.silu,
+    "silu_grad": zoo_activation.silu_grad, "pd_op.silu_grad": zoo_activation.silu_grad,
+    # Shape-only ops; their grads reshape the output grad back to X's shape (legacy: XShape).
+    "flatten_contiguous_range": zoo_shape.flatten_contiguous_range, "pd_op.flatten": zoo_shape.flatten_contiguous_range,
+    "flatten_contiguous_range_grad": zoo_shape.flatten_contiguous_range_grad,
+    "pd_op.flatten_grad": zoo_shape.flatten_contiguous_range_grad,
+    "flatten2": zoo_shape.flatten2, "flatten2_grad": zoo_shape.flatten_contiguous_range_grad,
+    "squeeze2": zoo_shape.squeeze2, "pd_op.squeeze": zoo_shape.squeeze2,
+    "squeeze2_grad": zoo_shape.squeeze2_grad, "pd_op.squeeze_grad": zoo_shape.squeeze2_grad,
+    "unsqueeze2": zoo_shape.unsqueeze2, "pd_op.unsqueeze": zoo_shape.unsqueeze2,
+    "unsqueeze2_grad": zoo_shape.unsqueeze2_grad, "pd_op.unsqueeze_grad": zoo_shape.unsqueeze2_grad,
+    # split's grad is a concat op in both IRs (converted by shape.concat).
+    "split": zoo_shape.split, "pd_op.split": zoo_shape.split, "pd_op.split_with_num": zoo_shape.split,
+    # Broadcasts, whose grads sum over the broadcast dims.
+    "expand_v2": zoo_shape.expand_v2, "pd_op.expand": zoo_shape.expand_v2,
+    "expand_v2_grad": zoo_shape.expand_v2_grad, "pd_op.expand_grad": zoo_shape.expand_v2_grad,
+    "expand_as_v2": zoo_shape.expand_as_v2, "pd_op.expand_as": zoo_shape.expand_as_v2,
+    "expand_as_v2_grad": zoo_shape.expand_as_v2_grad, "pd_op.expand_as_grad": zoo_shape.expand_as_v2_grad,
+    "tile": zoo_shape.tile, "pd_op.tile": zoo_shape.tile, "tile_grad": zoo_shape.tile_grad,
+    "pd_op.tile_grad": zoo_shape.tile_grad,
+    "pixel_shuffle": zoo_shape.pixel_shuffle, "pd_op.pixel_shuffle": zoo_shape.pixel_shuffle,
+    "pixel_shuffle_grad": zoo_shape.pixel_shuffle_grad, "pd_op.pixel_shuffle_grad": zoo_shape.pixel_shuffle_grad,
+    "pixel_unshuffle": zoo_shape.pixel_unshuffle, "pd_op.pixel_unshuffle": zoo_shape.pixel_unshuffle,
+    "pixel_unshuffle_grad": zoo_shape.pixel_unshuffle_grad, "pd_op.pixel_unshuffle_grad": zoo_shape.pixel_unshuffle_grad,
+    # flip's grad is a flip op in both IRs.
+    "flip": zoo_shape.flip, "pd_op.flip": zoo_shape.flip,
+    "index_select": zoo_shape.index_select, "pd_op.index_select": zoo_shape.index_select,
+    "index_select_grad": zoo_shape.index_select_grad, "pd_op.index_select_grad": zoo_shape.index_select_grad,
+    "roll": zoo_shape.roll, "pd_op.roll": zoo_shape.roll,
+    "roll_grad": zoo_shape.roll_grad, "pd_op.roll_grad": zoo_shape.roll_grad,
     # reductions
     "reduce_mean": reduction.reduce_mean, "pd_op.mean": reduction.reduce_mean,
     "reduce_sum": reduction.reduce_sum, "pd_op.sum": reduction.reduce_sum,

@@ -26,7 +26,8 @@ def full_int_array(ctx):
 
 def full_like(ctx):
     x = ctx.input("X", "x")
-    dtype = paddle_dtype(ctx.attr("dtype")) if ctx.has_attr("dtype") else x.dtype
+    # Legacy fill_any_like says dtype -1 for "X's dtype" (the zero grad of an unused split output).
+    dtype = x.dtype if ctx.attr("dtype", default=-1) in (-1, None) else paddle_dtype(ctx.attr("dtype"))
     if ctx.has_input("value"):
         value = ctx.const_input("value").reshape(-1)[0]
     else:
