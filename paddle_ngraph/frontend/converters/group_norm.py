@@ -45,12 +45,12 @@ def _scaled(ctx, delta: Output) -> Output:
     return delta if scale is None else ops.Multiply(delta, scale).output()
 
 
-def _norm_grad(g: Output, x_hat: Output, inv_std: Output, axes: list[int]) -> Output:
+def _norm_grad(g: Output, x_hat: Output, inv_std: Output, axes: list[int], subtract_mean: bool = True) -> Output:
     """dx from g = dy * scale and x_hat (same shape), normalized over ``axes``."""
-    mean_g = ops.ReduceMean(g, axes=axes, keep_dims=True).output()
     mean_gx = ops.ReduceMean(ops.Multiply(g, x_hat).output(), axes=axes, keep_dims=True).output()
-    centred = ops.Subtract(ops.Subtract(g, mean_g).output(), ops.Multiply(x_hat, mean_gx).output()).output()
-    return ops.Multiply(centred, inv_std).output()
+    if subtract_mean:
+        g = ops.Subtract(g, ops.ReduceMean(g, axes=axes, keep_dims=True).output()).output()
+    return ops.Multiply(ops.Subtract(g, ops.Multiply(x_hat, mean_gx).output()).output(), inv_std).output()
 
 
 def _param_grads(ctx, x_hat: Output, delta: Output):
@@ -124,7 +124,10 @@ def group_norm_grad(ctx):
     xg_hat = ops.Multiply(ops.Subtract(xg, mean).output(), inv_std).output()
     if ctx.has_output("X@GRAD", "x_grad"):
         g = ops.Reshape(_scaled(ctx, delta), shape=grouped).output()
-        dx = ops.Reshape(_norm_grad(g, xg_hat, inv_std, [2]), shape=shape).output()
+        # Paddle's CPU group_norm_grad sums the mean(dy * scale) term only when there is a Scale
+        # input (dp_bias); without one it leaves that term out, and so do we, to match its training.
+        dx = _norm_grad(g, xg_hat, inv_std, [2], subtract_mean=ctx.has_input("Scale", "scale"))
+        dx = ops.Reshape(dx, shape=shape).output()
         ctx.set_output(("X@GRAD", "x_grad"), from_nc(dx))
     _param_grads(ctx, ops.Reshape(xg_hat, shape=shape).output(), delta)
 
