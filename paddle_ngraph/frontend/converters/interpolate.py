@@ -59,7 +59,8 @@ def _ratio(in_size: int, out_size: int, scale: float, align_corners: bool) -> np
         return _f32(0)
     if align_corners:
         return _f32(in_size - 1) / _f32(out_size - 1)
-    return _f32(1.0 / float(_f32(scale))) if scale > 0 else _f32(in_size) / _f32(out_size)
+    # 1 / scale in double, scale as the program holds it (legacy: float32, PIR: double)
+    return _f32(1.0 / scale) if scale > 0 else _f32(in_size) / _f32(out_size)
 
 
 def _nearest_taps(in_size, out_size, ratio, align_corners):
@@ -72,11 +73,11 @@ def _nearest_taps(in_size, out_size, ratio, align_corners):
 def _linear_taps(in_size, out_size, ratio, align_corners, align_mode):
     k = np.arange(out_size)
     align_flag = align_mode == 0 and not align_corners
-    centre = float(ratio) * (k + 0.5) - 0.5  # float * double: computed in double
+    centre = (ratio * (k + 0.5).astype(_f32) - _f32(0.5)).astype(_f32)  # in float, as Paddle 3 computes it
     scaled = (ratio * k.astype(_f32)).astype(_f32)
     low = np.maximum(centre.astype(np.int64) if align_flag else scaled.astype(np.int64), 0)  # truncation
     high = np.minimum(low + 1, in_size - 1)
-    source = np.maximum(centre.astype(_f32), _f32(0))
+    source = np.maximum(centre, _f32(0))
     lam = (source - low.astype(_f32)) if align_flag else (scaled - low.astype(_f32))
     lam = lam.astype(_f32)
     return [(low, _f32(1) - lam), (high, lam)]
