@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .converters import activation, compare, elementwise, indexing, loss, matmul, optimizer, reduction, shape, tensor
 from .converters import conv, legacy_loss, nn, norm, pool
-from .converters import conv_transpose, group_norm, interpolate, pad, triangular
+from .converters import conv_transpose, group_norm, interpolate, pad, power, triangular
 
 OP_TABLE = {
     # matmul
@@ -133,6 +133,7 @@ OP_TABLE = {
     "tril_triu": triangular.tril_triu, "pd_op.tril": triangular.tril_triu, "pd_op.triu": triangular.tril_triu,
     "tril_triu_grad": triangular.tril_triu_grad, "pd_op.tril_grad": triangular.tril_triu_grad,
     "pd_op.triu_grad": triangular.tril_triu_grad,
+    "pow": power.pow, "pd_op.pow": power.pow, "pow_grad": power.pow_grad, "pd_op.pow_grad": power.pow_grad,
     # optimizers
     "sgd": optimizer.sgd, "pd_op.sgd_": optimizer.sgd,
     "momentum": optimizer.momentum, "pd_op.momentum_": optimizer.momentum,

@@ -204,3 +204,35 @@ def test_tril_triu(ir, lower, diagonal):
         return static_op(call, "tril_triu", {"X": x}, {"diagonal": diagonal, "lower": lower})
 
     check_against_paddle(build, {"x": x}, ir=ir)
+
+
+# --- pow ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("factor", [2.0, 0.75, -1.5])
+def test_pow(ir, dtype, factor):
+    x = (np.abs(normal((3, 4), dtype)) + 0.5).astype(dtype)
+    check_against_paddle(lambda x: paddle.pow(x, factor), {"x": x}, ir=ir, **TOL[dtype])
+
+
+# --- layers that need only ops of this module and earlier ones (PIR: Paddle 3 refuses legacy Variables) ---
+def test_transformer_pir():
+    """nn.Transformer with a causal mask (generate_square_subsequent_mask emits triu), dropout 0 so that
+    the run is deterministic; gradients of source and target."""
+    src, tgt = normal((2, 5, 8)), normal((2, 4, 8))
+
+    def build(src, tgt):
+        paddle.seed(1)
+        model = paddle.nn.Transformer(8, 2, 1, 1, 16, dropout=0.0)
+        return model(src, tgt, tgt_mask=model.generate_square_subsequent_mask(4))
+
+    check_against_paddle(build, {"src": src, "tgt": tgt}, ir="pir", rtol=1e-4, atol=1e-5)
+
+
+def test_multi_head_attention_mask_pir():
+    x, mask = normal((2, 5, 8)), normal((2, 2, 5, 5))
+
+    def build(x, mask):
+        return paddle.nn.MultiHeadAttention(8, 2)(x, x, x, attn_mask=mask)
+
+    check_against_paddle(build, {"x": x, "mask": mask}, ir="pir", rtol=1e-4, atol=1e-5)
