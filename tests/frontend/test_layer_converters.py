@@ -236,3 +236,56 @@ def test_multi_head_attention_mask_pir():
         return paddle.nn.MultiHeadAttention(8, 2)(x, x, x, attn_mask=mask)
 
     check_against_paddle(build, {"x": x, "mask": mask}, ir="pir", rtol=1e-4, atol=1e-5)
+
+
+# --- training programs with a dynamic batch -------------------------------------------------------------------
+DYNAMIC = {
+    "conv2d_transpose": lambda x: paddle.nn.Conv2DTranspose(4, 3, 3, stride=2, padding=1, output_padding=1)(x),
+    "group_norm": lambda x: paddle.nn.GroupNorm(2, 4)(x),
+    "instance_norm": lambda x: paddle.nn.InstanceNorm2D(4)(x),
+    "bilinear": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+    "nearest_size_tensor": lambda x: F.interpolate(x, size=[paddle.full([1], 7, "int32"), 5], mode="nearest"),
+    "pad3d_reflect": lambda x: F.pad(paddle.reshape(x, [-1, 4, 1, 5, 5]), [1, 1, 2, 0, 0, 0], mode="reflect"),
+}
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("layer", sorted(DYNAMIC))
+def test_training_program_with_dynamic_batch(ir, layer):
+    """Data declared with batch -1, an SGD step appended: the converted loss matches Paddle's
+    (run_function uses the backend conftest parametrizes)."""
+    from harness import run_function
+
+    import paddle_ngraph
+
+    x_value = normal((3, 4, 5, 5))
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 4, 5, 5], "float32")
+            x.stop_gradient = False
+            y = DYNAMIC[layer](x)
+            loss = paddle.mean(y * y)
+            paddle.optimizer.SGD(0.1).minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        function = paddle_ngraph.convert(main, fetch_list=[loss])
+        ours = run_function(function, {"x": x_value})
+        reference = exe.run(main, feed={"x": x_value}, fetch_list=[loss])[0]
+    got = next(v for k, v in ours.items() if k.startswith("fetch:"))
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-6)
+
+
+# --- refusals -------------------------------------------------------------------------------------------
+def test_bad_attributes_are_refused():
+    from paddle_ngraph.errors import ConversionError
+
+    import paddle_ngraph
+
+    with ir_guard("pir"):
+        main = paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, paddle.static.Program()):
+            x = paddle.static.data("x", [2, 3, 2, 4, 4], "float32")
+            F.interpolate(x, scale_factor=2, mode="nearest", data_format="NCDHW")  # 3-D nearest_interp
+        with pytest.raises(ConversionError, match="only 4-D inputs"):
+            paddle_ngraph.convert(main)
