@@ -9,6 +9,8 @@ from harness import IRS, check_against_paddle, ir_guard, static_op
 
 rng = np.random.default_rng(0)
 TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
+# conv2d_transpose values reach ~20 here: a float32 sum in another order (oneDNN) differs by ~1e-6 absolute.
+CONV_TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float64": TOL["float64"]}
 # Normalization grads divide by a standard deviation and sum over groups: float32 rounding grows a little.
 NORM_TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-9, atol=1e-11)}
 
@@ -46,7 +48,7 @@ CONV_T = [
 def test_conv2d_transpose(ir, dtype, attrs):
     groups = attrs.get("groups", 1)
     x, w = normal((2, 4, 4, 4), dtype), normal((4, 6 // groups, 3, 3), dtype)
-    check_against_paddle(lambda x, w: F.conv2d_transpose(x, w, **attrs), {"x": x, "w": w}, ir=ir, **TOL[dtype])
+    check_against_paddle(lambda x, w: F.conv2d_transpose(x, w, **attrs), {"x": x, "w": w}, ir=ir, **CONV_TOL[dtype])
 
 
 @pytest.mark.parametrize("ir", IRS)
@@ -65,7 +67,7 @@ def test_depthwise_conv2d_transpose(ir, dtype):
         return F.conv2d_transpose(x, w, stride=2, padding=1, groups=3)
 
     assert any("depthwise_conv2d_transpose" in t for t in op_types(build, {"x": x, "w": w}, ir))
-    check_against_paddle(build, {"x": x, "w": w}, ir=ir, **TOL[dtype])
+    check_against_paddle(build, {"x": x, "w": w}, ir=ir, **CONV_TOL[dtype])
 
 
 @pytest.mark.parametrize("ir", IRS)
