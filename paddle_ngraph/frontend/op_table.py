@@ -10,6 +10,7 @@ from .converters import activation, compare, elementwise, indexing, loss, matmul
 from .converters import conv, legacy_loss, nn, norm, pool
 from .converters import losses, math_ops
 from .converters import zoo_activation, zoo_shape
+from .converters import conv_transpose, group_norm, interpolate, pad, triangular
 
 OP_TABLE = {
     # matmul
@@ -219,6 +220,27 @@ OP_TABLE = {
     "mul": matmul.mul, "pd_op.matmul_with_flatten": matmul.mul,
     "mul_grad": matmul.mul_grad, "pd_op.matmul_with_flatten_grad": matmul.mul_grad,
     "matmul": matmul.matmul, "matmul_grad": matmul.matmul_grad,
+    # --- more nn layers (conv2d_transpose, group_norm, interpolate, pad3d, ...) ---
+    "conv2d_transpose": conv_transpose.conv2d_transpose, "pd_op.conv2d_transpose": conv_transpose.conv2d_transpose,
+    "conv2d_transpose_grad": conv_transpose.conv2d_transpose_grad,
+    "pd_op.conv2d_transpose_grad": conv_transpose.conv2d_transpose_grad,
+    "depthwise_conv2d_transpose": conv_transpose.conv2d_transpose,
+    "pd_op.depthwise_conv2d_transpose": conv_transpose.conv2d_transpose,
+    "depthwise_conv2d_transpose_grad": conv_transpose.conv2d_transpose_grad,
+    "pd_op.depthwise_conv2d_transpose_grad": conv_transpose.conv2d_transpose_grad,
+    "group_norm": group_norm.group_norm, "pd_op.group_norm": group_norm.group_norm,
+    "group_norm_grad": group_norm.group_norm_grad, "pd_op.group_norm_grad": group_norm.group_norm_grad,
+    "instance_norm": group_norm.instance_norm, "pd_op.instance_norm": group_norm.instance_norm,
+    "instance_norm_grad": group_norm.instance_norm_grad, "pd_op.instance_norm_grad": group_norm.instance_norm_grad,
+    "nearest_interp_v2": interpolate.interp_v2, "pd_op.nearest_interp": interpolate.interp_v2,
+    "nearest_interp_v2_grad": interpolate.interp_v2_grad, "pd_op.nearest_interp_grad": interpolate.interp_v2_grad,
+    "bilinear_interp_v2": interpolate.interp_v2, "pd_op.bilinear_interp": interpolate.interp_v2,
+    "bilinear_interp_v2_grad": interpolate.interp_v2_grad, "pd_op.bilinear_interp_grad": interpolate.interp_v2_grad,
+    "pad3d": pad.pad3d, "pd_op.pad3d": pad.pad3d, "pad3d_grad": pad.pad3d_grad, "pd_op.pad3d_grad": pad.pad3d_grad,
+    "pad": pad.pad, "pd_op.pad": pad.pad, "pad_grad": pad.pad_grad, "pd_op.pad_grad": pad.pad_grad,
+    "tril_triu": triangular.tril_triu, "pd_op.tril": triangular.tril_triu, "pd_op.triu": triangular.tril_triu,
+    "tril_triu_grad": triangular.tril_triu_grad, "pd_op.tril_grad": triangular.tril_triu_grad,
+    "pd_op.triu_grad": triangular.tril_triu_grad,
     # optimizers
     "sgd": optimizer.sgd, "pd_op.sgd_": optimizer.sgd,
     "momentum": optimizer.momentum, "pd_op.momentum_": optimizer.momentum,
