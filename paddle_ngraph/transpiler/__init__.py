@@ -24,7 +24,7 @@ from . import engine_op
 from .engine import Engine, engines
 from .gradients import raw_gradients
 from .rewrite import rewrite_legacy, rewrite_pir
-from .segments import plan_segments
+from .segments import plan_segments, refused_by_converters
 from .sharded_state import ShardedState
 
 __all__ = ["transpile", "engines"]
@@ -72,9 +72,11 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
 
     engine_op.library()  # registers the operator before the program refers to it
     view = decode(program)
-    plan = plan_segments(view, fetch_list)
-    if plan.fallback and not fallback:
-        raise UnsupportedOpsError(find_unsupported(view, plan.fallback))
+    unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
+    if unsupported and not fallback:
+        raise UnsupportedOpsError(unsupported)
+    # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
+    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view) if fallback else None)
     transport = resolve_transport(transport, nranks)
     if zero_stage not in (0, 1):
         raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
@@ -91,6 +93,9 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if plan.fallback:
         log.info("%s: %d op(s) left to Paddle (%s); %d engine segment(s)", view.source, len(plan.fallback),
                  plan.fallback_summary(), len(plan.segments))
+        for op in plan.fallback:
+            if id(op) in plan.refused:
+                log.info("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
     timeline = timeline_from_env(transport.rank, transport.size)
     options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
     compiler = get_backend(backend or default_backend(), **options)

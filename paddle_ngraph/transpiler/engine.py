@@ -81,6 +81,8 @@ class Engine:
         self.order_inputs = order_inputs
         self.num_inputs = (len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
                            - len(self.handed_in))
+        # What the operator passes, in order: the passes may drop inputs (ZeRO-1's full moments).
+        self.input_names = [p.name for p in function.parameters[:self.num_inputs]]
         self.function = function
         self.executable = executable
         self.transport = transport

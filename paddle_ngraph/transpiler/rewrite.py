@@ -56,7 +56,7 @@ def rewrite_legacy(view, plan: Plan, engines: list):
             name = token_name if slot == TOKEN_SLOT else f"ngraph_engine_{engine.id}.unused_{slot}"
             outputs[f"Out{slot}"] = [block.create_var(name=name, dtype="float32", shape=[0])]
         order = ([token] if token is not None else []) + list(seg.after)
-        inputs = [block.var(n) for n in seg.inputs] + [block.var(n) for n in order]
+        inputs = [block.var(n) for n in engine.input_names] + [block.var(n) for n in order]
         placements.append((seg.first.native, dict(type="ngraph_engine", inputs={"X@VECTOR": inputs},
                                                   outputs=outputs, attrs={"engine_id": engine.id})))
         token = token_name
@@ -96,7 +96,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
     token = None
     for seg, engine in zip(plan.segments, engines):
         order = ([token] if token is not None else []) + [view.values[n] for n in seg.after]
-        inputs = [view.values[n] for n in seg.inputs] + order
+        inputs = [view.values[n] for n in engine.input_names] + order
         with paddle.static.program_guard(program):
             paddle.pir.set_insertion_point(seg.first.native)
             outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)

@@ -61,6 +61,7 @@ class Plan:
     segments: list
     kept: list                                             # OpView left to Paddle (fallback ops, sinks, constants)
     fallback: list                                         # the ops the engine lacks, in program order
+    refused: dict = field(default_factory=dict)            # id(op) -> why its converter refused it
 
     def fallback_summary(self) -> str:
         counts: dict[str, int] = {}
@@ -73,10 +74,31 @@ def _is_update(op) -> bool:
     return op.role == OPTIMIZE and "param" in op.inputs and "grad" in op.inputs
 
 
-def plan_segments(view: ProgramView, extra_fetch=()) -> Plan:
-    """Chooses the segments of block 0 and the ops left to Paddle."""
+def refused_by_converters(view: ProgramView) -> dict:
+    """``{id(op): reason}`` for the ops of block 0 whose converter exists but refuses them (an
+    attribute or a dynamic dimension it does not handle), found by converting the program once.
+    Ops reading what a refused op makes see it as an input; they may be refused in turn."""
+    from ..frontend import ConversionSession
+    from ..frontend.node_context import NodeContext
+
+    session = ConversionSession(view)
+    refused = {}
+    for op in view.ops:
+        if op.block != 0 or op.type in SKIPPED_OPS or op.type not in OP_TABLE:
+            continue
+        try:
+            OP_TABLE[op.type](NodeContext(op, session))
+        except Exception as e:  # ConversionError, ValidationError of the nodes built: the op stays in Paddle
+            refused[id(op)] = f"{type(e).__name__}: {e}".splitlines()[0]
+    return refused
+
+
+def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
+    """Chooses the segments of block 0 and the ops left to Paddle: ops without converter, and
+    those in ``refused`` (``refused_by_converters``)."""
+    refused = refused or {}
     block0 = [op for op in view.ops if op.block == 0]
-    fallback = [op for op in block0 if op.type not in OP_TABLE and op.type not in SKIPPED_OPS]
+    fallback = [op for op in block0 if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused]
     fallback_ids = {id(op) for op in fallback}
     anchors = forward_sinks(view)
     extra = {view.name_of(h) for h in extra_fetch}
@@ -204,7 +226,7 @@ def plan_segments(view: ProgramView, extra_fetch=()) -> Plan:
                 f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
                 f"{_MAX_PADDLE_OUTPUTS} output slots for them")
-    return Plan(segments, kept, fallback)
+    return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
 
 
 # The operator's 16 slots, minus the last, which carries the ordering token.
