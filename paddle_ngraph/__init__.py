@@ -34,7 +34,14 @@ def engines():
     return _engines()
 
 
-__all__ = ["convert", "unsupported_ops", "transpile", "engines", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+def release(program) -> int:
+    """Frees the engines of a transpiled ``program``; it can no longer run."""
+    from .transpiler import release as _release
+
+    return _release(program)
+
+
+__all__ = ["convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "__version__"]

@@ -27,7 +27,7 @@ from .rewrite import rewrite_legacy, rewrite_pir
 from .segments import plan_segments, refused_by_converters
 from .sharded_state import ShardedState
 
-__all__ = ["transpile", "engines"]
+__all__ = ["transpile", "engines", "release"]
 log = logging.getLogger("paddle_ngraph.transpiler")
 
 
@@ -172,6 +172,20 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def release(program) -> int:
+    """Frees the engines of a transpiled ``program`` (compiled functions, their memory); the
+    program can no longer run. Returns how many were freed. For processes that transpile many
+    programs: an engine otherwise lives as long as the process."""
+    if hasattr(program, "global_block") and hasattr(program.global_block().ops[0], "name") \
+            and callable(program.global_block().ops[0].name):
+        ids = [op.attrs()["engine_id"] for op in program.global_block().ops if op.name().endswith("ngraph_engine")]
+    else:
+        ids = [op.attr("engine_id") for op in program.global_block().ops if op.type == "ngraph_engine"]
+    for engine_id in ids:
+        _bridge.unregister_engine(int(engine_id))
+    return len(ids)
 
 
 def _raw_gradient_values(view, seg, session) -> dict:

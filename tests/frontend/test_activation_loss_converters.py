@@ -291,3 +291,14 @@ def test_nn_loss_layers(dtype, name):
     label = {"float": normal((6, 5), dtype), "prob": rng.uniform(0, 1, (6, 5)).astype(dtype),
              "class": rng.integers(0, 5, (6,)).astype("int64")}[label_kind]
     check_against_paddle(build, {"x": x, "y": label}, ir="pir", **TOL[dtype])
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cross_entropy_clips_shifted_logits_at_minus_64(ir, dtype):
+    """Paddle's softmax clips logits - max at -64: probabilities of e^-64, hard-label losses of 64
+    (what a diverging model's loss shows)."""
+    x = np.array([[100.0, 0.0, 1.0], [70.0, 0.0, 65.0], [0.5, -0.25, 0.0]], dtype=dtype)
+    y = np.array([[1], [2], [0]], dtype="int64")
+    tol = dict(rtol=1e-6, atol=1e-30) if dtype == "float32" else dict(rtol=1e-12, atol=1e-40)
+    check_against_paddle(lambda x, y: F.cross_entropy(x, y, reduction="none"), {"x": x, "y": y}, ir=ir, **tol)

@@ -54,6 +54,11 @@ inline T tolerable_log(T v) {
 // [outer, inner], one per row (the row argument of for_each_lane_group's body).
 
 // --- SoftmaxCrossEntropy ------------------------------------------------------------------------------
+// Paddle's softmax clips the shifted logits at -64 (phi's ValueClip): no probability falls below
+// e^-64 and no hard-label loss exceeds 64, which matters once a model diverges.
+template <typename T>
+inline T clip_shifted(T v) { return v < T(-64) ? T(-64) : v; }
+
 // Inputs (logits, label); outputs (softmax, loss). shifted = logits - max, log_sum = log(sum(exp(shifted))),
 // log_softmax = shifted - log_sum, softmax = exp(log_softmax); loss = -sum(label * log_softmax) (soft) or
 // -log_softmax[label] (hard; 0 where label == ignore_index).
@@ -113,7 +118,7 @@ class SoftmaxCrossEntropyKernel : public Kernel {
       for (int64_t k = 1; k < n; ++k)
         for (int64_t j = 0; j < J; ++j) mx[j] = std::max(mx[j], xb[k * S + j]);
       for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) sum[j] += std::exp(xb[k * S + j] - mx[j]);
+        for (int64_t j = 0; j < J; ++j) sum[j] += std::exp(clip_shifted(xb[k * S + j] - mx[j]));
       for (int64_t j = 0; j < J; ++j) log_sum[j] = std::log(static_cast<T>(sum[j]));
       if constexpr (kSoft) {
         const T* lb = reinterpret_cast<const T*>(label) + base;
@@ -121,17 +126,17 @@ class SoftmaxCrossEntropyKernel : public Kernel {
         for (int64_t j = 0; j < J; ++j) acc[j] = 0;
         for (int64_t k = 0; k < n; ++k)
           for (int64_t j = 0; j < J; ++j) {
-            const T log_softmax = (xb[k * S + j] - mx[j]) - log_sum[j];
+            const T log_softmax = clip_shifted(xb[k * S + j] - mx[j]) - log_sum[j];
             yb[k * S + j] = std::exp(log_softmax);
             acc[j] += lb[k * S + j] * log_softmax;
           }
         for (int64_t j = 0; j < J; ++j) loss[row + j] = -static_cast<T>(acc[j]);
       } else {
         for (int64_t k = 0; k < n; ++k)
-          for (int64_t j = 0; j < J; ++j) yb[k * S + j] = std::exp((xb[k * S + j] - mx[j]) - log_sum[j]);
+          for (int64_t j = 0; j < J; ++j) yb[k * S + j] = std::exp(clip_shifted(xb[k * S + j] - mx[j]) - log_sum[j]);
         for (int64_t j = 0; j < J; ++j) {
           const int64_t l = static_cast<int64_t>(label[row + j]);
-          loss[row + j] = l == ignore_index ? T(0) : -((xb[l * S + j] - mx[j]) - log_sum[j]);
+          loss[row + j] = l == ignore_index ? T(0) : -(clip_shifted(xb[l * S + j] - mx[j]) - log_sum[j]);
         }
       }
     });

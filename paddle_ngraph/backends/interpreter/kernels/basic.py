@@ -169,7 +169,9 @@ def _softmax_bp(node, args, transport):
 def _softmax_ce(node, args, transport):
     logits, label = args
     axis = node.attrs["axis"] % logits.ndim
-    shifted = logits - np.max(logits, axis=axis, keepdims=True)
+    # Paddle's softmax clips the shifted logits at -64 (phi's ValueClip): probabilities stay above
+    # e^-64, a hard-label loss at most 64.
+    shifted = np.maximum(logits - np.max(logits, axis=axis, keepdims=True), logits.dtype.type(-64))
     log_sum = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
     log_softmax = shifted - log_sum
     softmax = np.exp(log_softmax).astype(logits.dtype)
