@@ -95,7 +95,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
                  plan.fallback_summary(), len(plan.segments))
         for op in plan.fallback:
             if id(op) in plan.refused:
-                log.info("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
+                log.debug("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
     timeline = timeline_from_env(transport.rank, transport.size)
     options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
     compiler = get_backend(backend or default_backend(), **options)
