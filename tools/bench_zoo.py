@@ -3,6 +3,10 @@
 
   python tools/bench_zoo.py                                # a model per family
   python tools/bench_zoo.py --models resnet18 mobilenet_v2 --batch 16 --size 64 --rounds 5
+  python tools/bench_zoo.py --models resnet18 --leave-to-paddle pd_op.flatten pd_op.flatten_grad
+                                          # what the fallback costs: these ops run in Paddle
+                                          # between engine segments (their converters are hidden
+                                          # from the transpiler in this process)
 
 One process. Each model is built twice (paddle_ngraph.zoo.vision: 10 classes, Momentum), once
 transpiled for the CPU backend and once left to Paddle's executor; both train on the same random
@@ -71,6 +75,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", help="also write the table (Markdown) here")
+    parser.add_argument("--leave-to-paddle", nargs="*", default=[], metavar="OP",
+                        help="op types (as in the program: pd_op.flatten, flatten_contiguous_range) left to Paddle")
     args = parser.parse_args(argv)
     os.environ.setdefault("GLOG_minloglevel", "2")
     sys.path.insert(0, ROOT)
@@ -82,6 +88,12 @@ def main(argv=None) -> int:
 
     logging.getLogger("paddle_ngraph").setLevel(logging.WARNING)
     paddle.enable_static()
+    if args.leave_to_paddle:
+        from paddle_ngraph.frontend.op_table import OP_TABLE
+
+        for op_type in args.leave_to_paddle:
+            if OP_TABLE.pop(op_type, None) is None:
+                parser.error(f"--leave-to-paddle: {op_type} has no converter")
     lines = ["| model | input | engine ms/step (spread) | Paddle ms/step (spread) | engine samples/s | "
              "Paddle samples/s | engine / Paddle |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name in args.models:
@@ -89,6 +101,10 @@ def main(argv=None) -> int:
             vision.INPUT_SIZE[name] = args.size
         batch = min(args.batch, vision.BATCH.get(name, args.batch))
         steps = {True: system(name, True, batch), False: system(name, False, batch)}
+        if args.leave_to_paddle:
+            import paddle_ngraph
+
+            print(f"[bench_zoo] {name}: {len(paddle_ngraph.engines())} engine segment(s)", file=sys.stderr)
         medians = {True: [], False: []}
         for r in range(args.rounds):
             for ours in ((True, False) if r % 2 == 0 else (False, True)):

@@ -69,3 +69,30 @@ def initial_sync(engine, arrays):
     for param, array in zip(engine.function.parameters, arrays):
         if param.attrs["role"] in ("parameter", "state"):
             transport.broadcast(array, root=0)
+    if engine.scope_sync:
+        broadcast_scope_variables(engine.scope_sync, transport, force=True)
+
+
+def broadcast_scope_variables(names, transport, force: bool = False) -> bool:
+    """Parameters and state that only the ops left to Paddle read (fallback): no engine holds
+    their buffers, so they are read from the current scope (the scope_guard's while exe.run
+    runs), broadcast from rank 0 and written back. Without ``force``, does nothing and returns
+    False unless every one is initialized on every rank (the startup program has run)."""
+    import numpy as np
+    import paddle
+
+    scope = paddle.static.global_scope()
+    tensors = [scope.find_var(n) for n in names]
+    tensors = [v.get_tensor() if v is not None else None for v in tensors]
+    ready = all(t is not None and t._is_initialized() for t in tensors)
+    if not force:
+        flags = transport.allreduce(np.array([1 if ready else 0], dtype=np.int32), "min", name="scope_sync_ready")
+        if not flags[0]:
+            return False
+    for tensor in tensors:
+        if tensor is None or not tensor._is_initialized():
+            continue
+        value = np.array(tensor)
+        transport.broadcast(value, root=0)
+        tensor.set(value, paddle.CPUPlace())
+    return True

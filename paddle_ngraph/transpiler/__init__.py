@@ -106,6 +106,23 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
+    if engines and plan.fallback:
+        # Ranks start identical: the engines broadcast what they read at their first step; what
+        # Paddle ops read (a parameter of a custom op) is broadcast here too, since Paddle may run
+        # such an op before the engine that reads it, or no engine reads it.
+        read = {n for e in engines for n in e.input_names}
+        by_paddle = {n for op in plan.fallback for n in op.input_names()}
+        names = sorted(n for n, v in view.vars.items()
+                       if v.persistable and (v.is_parameter or _is_optimizer_state(n, view))
+                       and (n in by_paddle or n not in read))
+        if names and transport.size > 1:
+            from ..distributed import broadcast_scope_variables
+
+            # Now if the startup program has run (every rank transpiles at the same point): at the
+            # first step Paddle may run such an op before the first engine, which nothing orders.
+            # Otherwise (fleet transpiles before the startup program) the first engine does it.
+            if not broadcast_scope_variables(names, transport):
+                engines[0].scope_sync = names
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:
@@ -172,6 +189,11 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def _is_optimizer_state(name: str, view) -> bool:
+    """Persistable variables that ops left to Paddle update (their moments, accumulators)."""
+    return any(name in op.output_names() for op in view.ops if op.role == "optimize")
 
 
 def release(program) -> int:

@@ -77,6 +77,8 @@ class Engine:
         accumulators = accumulation.accumulators if accumulation else []
         self.accumulators = [np.zeros(p.output_types[0].shape, p.output_types[0].dtype.numpy) for p in accumulators]
         self.handover = handover if handover is not None else {}
+        # Persistable variables only Paddle ops read: broadcast through the scope at start-up.
+        self.scope_sync: list[str] = []
         self.handed_in = list(handed_in)
         self.order_inputs = order_inputs
         self.num_inputs = (len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
