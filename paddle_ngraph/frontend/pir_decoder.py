@@ -121,7 +121,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
         results = op.results()
         if len(out_slots) != len(results):
             out_slots = [f"out{i}" if i else "out" for i in range(len(results))]
-        for slot, value in zip(out_slots, results):
+        for result, (slot, value) in enumerate(zip(out_slots, results)):
             key = normalize(slot)
             view.slot_names[key] = slot
             if not value.initialized():
@@ -132,7 +132,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
             values.setdefault(name, value)
             view.outputs[key] = [name]
             if name not in variables:
-                variables[name] = _var_info(op, op_name, name, value)
+                variables[name] = _var_info(op, op_name, name, value, result)
         for attr, value in op.attrs().items():
             if attr not in _BOOKKEEPING_ATTRS:
                 view.attrs[normalize(attr)] = value
@@ -196,7 +196,7 @@ def _result_name(op, op_name, index, slot, key, view) -> str:
     return f"%{index}.{slot}"
 
 
-def _var_info(op, op_name, name, value) -> VarInfo:
+def _var_info(op, op_name, name, value, result: int = 0) -> VarInfo:
     attrs = op.attrs()
     try:
         shape = tuple(int(d) for d in value.shape)
@@ -205,8 +205,11 @@ def _var_info(op, op_name, name, value) -> VarInfo:
     is_param = op_name == "builtin.parameter"
 
     def flag(key, default=False):
+        """Attributes such as ``persistable`` hold one entry per result of the op."""
         v = attrs.get(key, default)
-        return bool(v[0] if isinstance(v, list) and v else v)
+        if isinstance(v, list):
+            return bool(v[result] if result < len(v) else v[0]) if v else default
+        return bool(v)
 
     return VarInfo(
         name=name, dtype=_dtype(value), shape=shape,

@@ -14,7 +14,7 @@ import logging
 from .. import _bridge
 from ..backends import default_backend, get_backend
 from ..distributed.mpi import HIERARCHICAL_MODES
-from ..errors import ConfigError, UnsupportedOpsError
+from ..errors import ConfigError, ConversionError, UnsupportedOpsError
 from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
@@ -135,9 +135,19 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     from ..distributed import initial_sync
 
     session = ConversionSession(view)
+    # Values an earlier segment's converters did not make (an input its reader's converter
+    # ignores, such as batch_norm_grad's reserve_space) are not handed over.
+    unmade = settings.setdefault("unmade", set())
+    seg.handed_in = [n for n in seg.handed_in if n not in unmade]
     for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
         session.value(name)
-    session.convert_ops(seg.ops)
+    session.convert_ops(seg.constants + seg.ops)
+    unmade.update(n for n in seg.handed_out if n not in session.env)
+    seg.handed_out = [n for n in seg.handed_out if n in session.env]
+    missing = [n for n in seg.outputs if n not in session.env]
+    if missing:
+        raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
+                              f"the engine's converters do not make; run with fallback=False to see the ops")
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=f"ngraph_engine_{seg.index}")
     if seg.allreduce and transport.size > 1:
         function = average_results(function, seg.allreduce, settings["reduction"], settings["compress"])

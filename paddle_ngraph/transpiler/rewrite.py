@@ -110,7 +110,8 @@ def rewrite_pir(view, plan: Plan, engines: list):
                 accept = lambda user: user.id() not in removed_ids and user.id() != engine_op_id  # noqa: E731
             _replace_uses(view.values[name], outs[slot], accept)
         token = outs[TOKEN_SLOT]
-    for op in reversed(removed):
+    # Check before removing anything: a half-removed PIR program aborts the process when freed.
+    for op in removed:
         for value in op.results():
             if not value.initialized():
                 continue
@@ -118,6 +119,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
             if users:
                 raise ConversionError(f"internal: {users[0].name()} still reads a result of the converted op "
                                       f"{op.name()}, which no engine outputs")
+    for op in reversed(removed):
         block.remove_op(op)
 
 
@@ -125,9 +127,9 @@ def _follows_converted(op, converted: set) -> bool:
     """``builtin.combine`` goes with its users; ``builtin.split``, ``shadow_output`` and
     ``set_parameter`` with the op whose result they take, when an engine converted it."""
     name = op.name()
-    if name == "builtin.combine":
+    if name == "builtin.combine":  # (one nobody reads goes too)
         users = [u for r in op.results() if r.initialized() for u in r.all_used_ops()]
-        return bool(users) and all(u.id() in converted for u in users)
+        return all(u.id() in converted for u in users)
     if name in ("builtin.split", "builtin.shadow_output", "builtin.set_parameter"):
         sources = [v.get_defining_op() for v in op.operands_source() if v is not None and v.initialized()]
         return bool(sources) and all(s is not None and s.id() in converted for s in sources)

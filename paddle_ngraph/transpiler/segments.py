@@ -43,6 +43,7 @@ SOURCE_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fe
 class Segment:
     index: int
     ops: list                                              # OpView, converted by this segment's engine
+    constants: list = field(default_factory=list)          # input-less ops of other segments it reads (copied)
     inputs: list = field(default_factory=list)             # names read from Paddle
     handed_in: list = field(default_factory=list)          # names received in memory from earlier segments
     outputs: list = field(default_factory=list)            # names copied out for the ops left to Paddle
@@ -166,6 +167,12 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                 source = producer(name, position[id(op)])
                 owner = segment_of.get(id(source)) if source is not None else None
                 if owner is seg:
+                    continue
+                if owner is not None and not source.input_names():
+                    # A constant (full_int_array of a pool's kernel size, ...): converters need it
+                    # as a constant, so each segment reading it converts its own copy.
+                    if source not in seg.constants:
+                        seg.constants.append(source)
                     continue
                 info = view.vars.get(name)
                 if owner is not None and not (info is not None and info.persistable):
