@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
     p.add_argument("--ir", choices=("pir", "legacy"),
                    help="for module:function only: build the program under this Paddle IR (default: Paddle's)")
+    p.add_argument("--segments", action="store_true",
+                   help="print how transpile splits the program: its engine segments and the ops left to Paddle "
+                        "between them (the fallback), then exit")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     return p
 
@@ -481,6 +484,38 @@ def _render_svg(dot_text: str, path: str):
         raise ToolError(f"{path}: Graphviz dot failed (exit {proc.returncode}): {_one_line(proc.stderr) or '-'}")
 
 
+def segment_lines(label: str, view) -> list[str]:
+    """The fallback plan of ``transpile`` (transpiler/segments.py), one block per segment and per
+    run of ops left to Paddle, in program order."""
+    from collections import Counter
+
+    from ..transpiler.segments import plan_segments, refused_by_converters
+
+    refused = refused_by_converters(view)
+    plan = plan_segments(view, refused=refused)
+    lines = [f"{PROG} segments: {label}: {len(plan.segments)} engine segment(s), {len(plan.fallback)} op(s) "
+             f"left to Paddle"]
+    events = [(seg.first.index, "segment", seg) for seg in plan.segments]
+    events += [(op.index, "paddle", op) for op in plan.fallback]
+    for _, kind, item in sorted(events, key=lambda e: (e[0], e[1] == "segment")):
+        if kind == "paddle":
+            why = f"  ({refused[id(item)]})" if id(item) in refused else "  (no converter)"
+            lines.append(f"  paddle   op {item.index}: {item.type}{why}")
+            continue
+        seg = item
+        if seg.before_op is not None:
+            lines.append(f"  engine {seg.index}: AllReduce of {', '.join(seg.allreduce)} (its update runs in Paddle)")
+            continue
+        kinds = Counter(op.type for op in seg.ops)
+        top = ", ".join(f"{t} x{n}" if n > 1 else t for t, n in kinds.most_common(6))
+        more = f", ... ({len(kinds) - 6} more types)" if len(kinds) > 6 else ""
+        lines.append(f"  engine {seg.index}: {len(seg.ops)} ops (ops {seg.ops[0].index}-{seg.ops[-1].index}): {top}{more}")
+        lines.append(f"           reads {len(seg.inputs)} from Paddle, {len(seg.handed_in)} handed over; gives Paddle "
+                     f"{', '.join(seg.outputs) or '-'}; hands over {len(seg.handed_out)}"
+                     + (f"; averages {', '.join(seg.allreduce)}" if seg.allreduce else ""))
+    return lines
+
+
 def run(args) -> int:
     from ..errors import NgraphError, UnsupportedOpsError
     from ..frontend import find_unsupported
@@ -500,6 +535,9 @@ def run(args) -> int:
         raise ToolError(DOT_MISSING)
 
     label, view = load_view(args.program, args.ir, quiet=not args.debug)
+    if args.segments:
+        _write(args.output, "\n".join(segment_lines(label, view)) + "\n")
+        return 0
     unsupported = find_unsupported(view)
     if unsupported:
         if args.report:
