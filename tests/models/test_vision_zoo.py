@@ -8,8 +8,8 @@ after an update or two (float64 agrees to 1e-13 on the same runs). Batches are o
 (vision.batch_size): batch norm over 2 values outputs exactly +-1 and its gradients explode. DenseNet's BatchNorm keeps
 float32 statistics whatever the default dtype, so Paddle cannot run it in float64: in float32 we
 check what rounding leaves determined: the first loss (1e-4), and the first update (parameter
-deltas, tensor-level 1e-2: its batch-norm biases' gradients are sums that cancel to a few 1e-3
-relative of rounding over 121 layers).
+deltas, tensor-level 5e-2: measured 0.6% to 1.8% between runs on single tensors, rounding through
+121 layers of batch norm; a wrong gradient is off by its own size).
 
 One model per family runs here, on the CPU backend in PIR, with fallback off (every op must
 convert); a few in legacy and on the INTERPRETER. ``python tools/coverage.py --train`` trains every
@@ -79,7 +79,7 @@ def check(name, ir, backend):
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
         assert sorted(params) == sorted(ref_params) and len(params) >= 4
         assert_close_tensors({p: params[p] - start[p] for p in params},
-                             {p: ref_params[p] - start[p] for p in params}, 1e-2, 1e-6, " (update)")
+                             {p: ref_params[p] - start[p] for p in params}, 5e-2, 1e-6, " (update)")
         return
     (ref_losses, losses), (ref_params, params), _ = train(name, ir, backend, "float64", batch, STEPS)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
