@@ -294,6 +294,8 @@ def train_vision(name: str) -> str:
                             paddle_ngraph.transpile(main, backend="CPU")
                         losses.append([float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])[0])
                                        for x, y in vision.batches(name, 3, dtype=dtype)])
+                    if ours:
+                        paddle_ngraph.release(main)  # 37 models' engines would not fit in memory
         except Exception:
             if dtype == "float64":
                 continue  # e.g. Paddle's BatchNorm in DenseNet keeps float32 statistics

@@ -105,7 +105,7 @@ def from_dict(doc: dict) -> Function:
                 raise SerializationError(f"result '{r['name']}' refers to unknown node '{r['node']}'")
             results[r["name"]] = built[r["node"]].output(int(r["index"]))
         return Function(params, results, name=doc.get("name", "function"))
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:  # int(inf)
         raise SerializationError(f"malformed {FORMAT} document: {type(e).__name__}: {e}") from None
     except ValidationError as e:
         raise SerializationError(f"invalid graph in document: {e}") from None
