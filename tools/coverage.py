@@ -322,7 +322,8 @@ def rows(only=None, train=False, models=None):
         if train:
             cells.append(train_vision(name))
         table.append(("vision models", f"`{name}`", cells))
-        progress(f"[coverage] vision {name}: {cells[0]} ({time.monotonic() - start:.1f}s)")
+        trained = f", 3 steps vs Paddle {cells[2]}" if train else ""
+        progress(f"[coverage] vision {name}: {cells[0]}{trained} ({time.monotonic() - start:.1f}s)")
     for section, label, feeds, build in _layer_rows():
         if only and label not in only:
             continue
