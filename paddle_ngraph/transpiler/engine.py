@@ -39,6 +39,15 @@ def engines() -> list["Engine"]:
     return [_ENGINES[k] for k in sorted(_ENGINES)]
 
 
+_byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # NumPy 2 moved it
+
+
+def _byte_ranges(arrays) -> tuple:
+    """Start and end addresses of each array's memory (NumPy's byte bounds), as two arrays."""
+    bounds = np.array([_byte_bounds(a) for a in arrays], dtype=np.uint64).reshape(-1, 2)
+    return bounds[:, 0], bounds[:, 1]
+
+
 class Variant:
     """One compiled function and where its results go: fetches, and state or accumulators written
     back into the input they replace."""
@@ -206,13 +215,17 @@ class Engine:
         for result_pos, input_pos in variant.state_writeback:
             if outputs[result_pos].ctypes.data != arrays[input_pos].ctypes.data:  # not updated in place
                 np.copyto(arrays[input_pos], outputs[result_pos], casting="no")
-        for name, pos in self.handed_out:
-            value = outputs[pos]
+        if self.handed_out:
             # A view of a Paddle input (a Reshape of a feed) must not outlive the operator call:
-            # Paddle may free or reuse that buffer before the next segment runs.
-            if any(np.may_share_memory(value, a) for a in paddle_inputs):
-                value = value.copy()
-            self.handover[name] = value
+            # Paddle may free or reuse that buffer before the next segment runs. One interval test
+            # per value against all inputs (pairwise np.may_share_memory cost ~10 ms per step).
+            starts, ends = _byte_ranges(paddle_inputs)
+            for name, pos in self.handed_out:
+                value = outputs[pos]
+                lo, hi = _byte_bounds(value)
+                if np.any((starts < hi) & (lo < ends)):
+                    value = value.copy()
+                self.handover[name] = value
         fetched = [(code, outputs[pos]) for code, pos in zip(self.output_codes, variant.fetch_positions)]
         if variant is self.apply:
             self.updates += 1

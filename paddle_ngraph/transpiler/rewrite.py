@@ -15,17 +15,9 @@ from __future__ import annotations
 
 from ..errors import ConversionError
 from . import engine_op
-from .segments import Plan
+from .segments import TOKEN_SLOT, Plan
 
 _KEPT_PIR_OPS = {"pd_op.data", "builtin.parameter"}
-TOKEN_SLOT = 15
-
-
-def _output_slots(engine, names: list[str]) -> dict[int, str]:
-    if len(names) > TOKEN_SLOT:
-        raise ConversionError(f"ngraph_engine {engine.id}: {len(names)} outputs for Paddle; the operator has "
-                              f"{TOKEN_SLOT} (plus the ordering token)")
-    return dict(enumerate(names))
 
 
 # --- legacy ProgramDesc -------------------------------------------------------------------------------
@@ -47,7 +39,7 @@ def rewrite_legacy(view, plan: Plan, engines: list):
             block.create_var(name=averaged, dtype=source.dtype, shape=source.shape)
             renames.append((seg.before_op.native, names[0], averaged))
             names = [averaged]
-        for slot, name in _output_slots(engine, names).items():
+        for slot, name in enumerate(names):
             outputs[f"Out{slot}"] = [block.var(name)]
         token_name = f"ngraph_engine_{engine.id}.token"
         for slot in range(engine_op.max_outputs()):
@@ -102,7 +94,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
             outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)
             paddle.pir.reset_insertion_point_to_end()
         engine_op_id = outs[0].get_defining_op().id()
-        for slot, name in _output_slots(engine, seg.outputs).items():
+        for slot, name in enumerate(seg.outputs):
             if seg.before_op is not None:  # collective-only: just the update it serves
                 target = seg.before_op.native.id()
                 accept = lambda user, target=target: user.id() == target  # noqa: E731

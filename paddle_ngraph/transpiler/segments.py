@@ -35,6 +35,9 @@ from ..errors import ConversionError
 from ..frontend import OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
 from ..frontend.op_table import OP_TABLE
 
+# The ngraph_engine operator's last output slot (of 16) carries the ordering token; the others,
+# the values a segment gives Paddle.
+TOKEN_SLOT = 15
 # Source ops: declarations of feeds and parameters, which stay where they are (moved first in PIR).
 SOURCE_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter"}
 
@@ -228,13 +231,10 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start
     for seg in segments:
-        if len(seg.outputs) > _MAX_PADDLE_OUTPUTS:
+        if len(seg.outputs) > TOKEN_SLOT:
             raise ConversionError(
                 f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
-                f"{_MAX_PADDLE_OUTPUTS} output slots for them")
+                f"{TOKEN_SLOT} output slots for them")
     return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
 
-
-# The operator's 16 slots, minus the last, which carries the ordering token.
-_MAX_PADDLE_OUTPUTS = 15

@@ -5,6 +5,7 @@ import numpy as np
 
 from ...ir import ops
 from . import arith as a
+from .arith import dout_input as _dout, out_input as _fwd_out, set_dx as _set_dx, set_out as _set_out, x_input as _x
 
 
 def relu(ctx):
@@ -18,26 +19,6 @@ def relu_grad(ctx):
 # --- activations composed of primitives, each after Paddle's functor (phi activation_functor.h) -------
 # Forward ops read X and bind Out; grads read what Paddle passes (X, or Out for the ones that
 # depend on the output) and Out@GRAD, and bind X@GRAD.
-
-
-def _x(ctx):
-    return ctx.input("X", "x")
-
-
-def _fwd_out(ctx):
-    return ctx.input("Out", "out")
-
-
-def _dout(ctx):
-    return ctx.input("Out@GRAD", "out_grad")
-
-
-def _set_out(ctx, value):
-    ctx.set_output(("Out", "out"), value)
-
-
-def _set_dx(ctx, value):
-    ctx.set_output(("X@GRAD", "x_grad"), value)
 
 
 def _float_attr(ctx, *names, default):

@@ -8,6 +8,28 @@ from ...ir import Output, ops
 from .helpers import constant
 
 
+# --- the slots of unary ops and their grads (X, Out, Out@GRAD -> Out, X@GRAD) in both IRs' spellings ---
+def x_input(ctx) -> Output:
+    return ctx.input("X", "x")
+
+
+def out_input(ctx) -> Output:
+    """A grad op's forward output, for the grads that depend on it."""
+    return ctx.input("Out", "out")
+
+
+def dout_input(ctx) -> Output:
+    return ctx.input("Out@GRAD", "out_grad")
+
+
+def set_out(ctx, value: Output):
+    ctx.set_output(("Out", "out"), value)
+
+
+def set_dx(ctx, value: Output):
+    ctx.set_output(("X@GRAD", "x_grad"), value)
+
+
 def c(value, like: Output) -> Output:
     return constant(value, like.dtype)
 

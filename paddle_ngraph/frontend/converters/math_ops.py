@@ -8,23 +8,8 @@ from __future__ import annotations
 
 from ...ir import ops
 from . import arith as a
+from .arith import dout_input as _dout, set_dx as _set_dx, set_out as _set_out, x_input as _x
 from .helpers import reduce_to_shape
-
-
-def _x(ctx):
-    return ctx.input("X", "x")
-
-
-def _dout(ctx):
-    return ctx.input("Out@GRAD", "out_grad")
-
-
-def _set_out(ctx, value):
-    ctx.set_output(("Out", "out"), value)
-
-
-def _set_dx(ctx, value):
-    ctx.set_output(("X@GRAD", "x_grad"), value)
 
 
 def exp(ctx):
