@@ -18,6 +18,12 @@ from .fleet import install_hooks as _install_fleet_hooks  # noqa: E402
 
 _install_fleet_hooks()
 
+# Under mpirun, Paddle's own rank APIs (get_rank, DistributedBatchSampler, fleet) see MPI's
+# ranks: Paddle's launcher variables are set from Open MPI's (distributed/paddle_env.py).
+from .distributed.paddle_env import export_mpi_ranks as _export_mpi_ranks  # noqa: E402
+
+_export_mpi_ranks()
+
 
 def transpile(program, backend: str | None = None, **options):
     """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""
