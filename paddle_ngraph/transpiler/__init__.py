@@ -20,7 +20,7 @@ from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply, check_steps
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
-from . import engine_op
+from . import engine_op, originals
 from .engine import Engine, engines
 from .gradients import raw_gradients
 from .rewrite import rewrite_legacy, rewrite_pir
@@ -123,10 +123,12 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
             # Otherwise (fleet transpiles before the startup program) the first engine does it.
             if not broadcast_scope_variables(names, transport):
                 engines[0].scope_sync = names
+    original = originals.remember(view)  # for evaluation clones, export and fetch checks
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:
         rewrite_legacy(view, plan, engines)
+    originals.complete(original)
     return program
 
 
@@ -217,6 +219,7 @@ def release(program) -> int:
         ids = [op.attr("engine_id") for op in program.global_block().ops if op.type == "ngraph_engine"]
     for engine_id in ids:
         _bridge.unregister_engine(int(engine_id))
+    originals.forget(program)
     return len(ids)
 
 

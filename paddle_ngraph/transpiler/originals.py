@@ -1,0 +1,225 @@
+"""What a transpiled program shows to Paddle's evaluation, export and fetch APIs.
+
+``transpile`` rewrites a program in place: the ops an engine converted are gone, an
+``ngraph_engine`` op runs them. Paddle's APIs that derive another program from it
+would copy that op, which runs a training step and exists only in this process. So
+``transpile`` keeps a copy of the program as it was (``remember``), and:
+
+- ``Program.clone(for_test=True)`` (legacy programs; PIR programs have no ``for_test``)
+  of a transpiled program clones the copy: a plain Paddle evaluation program over the
+  same parameters, which the engines update in place in the scope;
+- ``paddle.static.save_inference_model`` (and ``normalize_program``) given a transpiled
+  program export from the copy: a plain Paddle inference model, no ``ngraph_engine`` op,
+  that a process without paddle_ngraph loads with ``load_inference_model``;
+- ``Executor.run`` refuses, naming it, a fetch of a value that only existed inside an
+  engine segment. In PIR the user's handle to such a value points at an erased op and
+  Paddle would crash on it; in a legacy program the variable is no longer written.
+
+PIR values are matched by ``value.id``, the address of the value's storage, formatted
+without reading it, so it is safe on the handle of an erased value (``hash(value)`` is the
+Python wrapper's identity, different for each handle of one value). An address can be
+reused by a value made later, hence an id counts as erased only if no op of the transpiled
+program still defines it.
+
+The hooks go in at the first ``transpile`` (Paddle is imported by then); with no
+transpiled program they change nothing.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from ..errors import ConversionError
+
+
+@dataclass
+class Original:
+    transpiled: object          # the program transpile rewrote (kept: its id is the registry key)
+    copy: object                # a copy of that program as it was before the rewrite
+    ir: str                     # "pir" or "legacy"
+    values: dict = field(default_factory=dict)   # PIR: value.id -> the copy's value
+    names: dict = field(default_factory=dict)    # PIR: value.id -> what made it, for messages
+    erased: set = field(default_factory=set)     # PIR: ids of erased values; legacy: names no op writes
+
+
+_ORIGINALS: dict[int, Original] = {}
+_HOOKS: dict = {}
+
+
+def remember(view) -> Original:
+    """Copies the program before ``rewrite_*`` changes it; returns the record to complete after."""
+    program = view.native
+    if view.ir == "pir":
+        import paddle
+
+        mapping = paddle.pir.IrMapping()
+        copy = program.clone(mapping)
+        values, names = {}, {}
+        for op in program.global_block().ops:
+            for index, v in enumerate(op.results()):
+                if v.initialized():
+                    values[v.id] = mapping.look_up(v)
+                    names[v.id] = _describe(op, index)
+        original = Original(program, copy, "pir", values, names)
+    else:
+        original = Original(program, program.clone(), "legacy")
+    install_hooks()
+    return original
+
+
+def complete(original: Original) -> None:
+    """After the rewrite: notes what no longer exists, and registers the program."""
+    if original.ir == "pir":
+        live = _live_pir_values(original.transpiled)
+        original.erased = set(original.values) - live
+    else:
+        written = {n for op in original.transpiled.global_block().ops for n in op.output_arg_names}
+        before = {n for op in original.copy.global_block().ops for n in op.output_arg_names}
+        block = original.transpiled.global_block()
+        original.erased = {n for n in before - written if not (block.has_var(n) and block.var(n).persistable)}
+    _ORIGINALS[id(original.transpiled)] = original
+
+
+def forget(program) -> None:
+    entry = _ORIGINALS.get(id(program))
+    if entry is not None and entry.transpiled is program:
+        del _ORIGINALS[id(program)]
+
+
+def original_of(program) -> Original | None:
+    entry = _ORIGINALS.get(id(program))
+    return entry if entry is not None and entry.transpiled is program else None
+
+
+def _live_pir_values(program) -> set[int]:
+    return {v.id for op in program.global_block().ops for v in op.results()}
+
+
+# --- mapping what the user holds onto the copy ---------------------------------------------------
+def _describe(op, index: int) -> str:
+    """A PIR value by its maker: ``result 0 of pd_op.add (in /Linear_1/)``."""
+    try:
+        where = op.attrs().get("struct_name", "")
+    except Exception:  # noqa: BLE001 - attributes Python cannot convert
+        where = ""
+    return f"result {index} of {op.name()}" + (f" (in {where})" if where else "")
+
+
+def _value_name(value, original: Original | None = None) -> str:
+    if original is not None and value.id in original.names:
+        return original.names[value.id]
+    try:
+        return value.name
+    except Exception:  # noqa: BLE001 - PIR values other than data and parameters have no name
+        return "a value"
+
+
+def _to_copy(original: Original, items, what: str) -> list:
+    if original.ir == "legacy":
+        block = original.copy.global_block()
+        return [block.var(v if isinstance(v, str) else v.name) for v in items]
+    mapped = []
+    for v in items:
+        copy = original.values.get(v.id)
+        if copy is None:
+            raise ConversionError(f"{what}: {_value_name(v)} is not a value of the program as it was when "
+                                  f"paddle_ngraph.transpile rewrote it")
+        mapped.append(copy)
+    return mapped
+
+
+def _flat(items) -> list:
+    if items is None:
+        return []
+    if not isinstance(items, (list, tuple)):
+        return [items]
+    return [x for item in items for x in _flat(item)]
+
+
+def check_fetch(original: Original, fetch_list) -> None:
+    """Raises if ``fetch_list`` names a value that only existed inside an engine segment."""
+    if not original.erased:
+        return
+    for item in _flat(fetch_list):
+        if original.ir == "pir":
+            if isinstance(item, str) or item.id not in original.erased:
+                continue
+            if item.id in _live_pir_values(original.transpiled):  # an address reused since
+                continue
+            name = _value_name(item, original)
+        else:
+            name = item if isinstance(item, str) else getattr(item, "name", None)
+            if name not in original.erased:
+                continue
+        raise ConversionError(
+            f"fetch_list: {name} is computed inside an ngraph_engine segment of this transpiled program and no "
+            f"longer exists in it; name it when transpiling (paddle_ngraph.transpile(program, fetch_list=[...])) "
+            f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile")
+
+
+# --- the hooks ------------------------------------------------------------------------------------
+def install_hooks() -> None:
+    if _HOOKS:
+        return
+    import paddle
+    from paddle.base import framework
+    from paddle.static import io as static_io
+
+    _HOOKS["clone"] = framework.Program.clone
+    _HOOKS["run"] = paddle.static.Executor.run
+    _HOOKS["save_inference_model"] = static_io.save_inference_model
+    _HOOKS["normalize_program"] = static_io.normalize_program
+
+    @functools.wraps(_HOOKS["clone"])
+    def clone(self, for_test=False):
+        original = original_of(self) if for_test else None
+        if original is not None:
+            return _HOOKS["clone"](original.copy, for_test=True)
+        return _HOOKS["clone"](self, for_test=for_test)
+
+    @functools.wraps(_HOOKS["run"])
+    def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):
+        original = original_of(program) if _ORIGINALS and program is not None else None
+        if original is not None:
+            check_fetch(original, fetch_list)
+        return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
+
+    @functools.wraps(_HOOKS["save_inference_model"])
+    def save_inference_model(path_prefix, feed_vars, fetch_vars, executor, **kwargs):
+        program, feed_vars, fetch_vars = _untranspiled(kwargs.get("program"), feed_vars, fetch_vars,
+                                                       "save_inference_model")
+        if program is not None:
+            kwargs["program"] = program
+        return _HOOKS["save_inference_model"](path_prefix, feed_vars, fetch_vars, executor, **kwargs)
+
+    @functools.wraps(_HOOKS["normalize_program"])
+    def normalize_program(program, feed_vars, fetch_vars, **kwargs):
+        copy, feed_vars, fetch_vars = _untranspiled(program, feed_vars, fetch_vars, "normalize_program")
+        return _HOOKS["normalize_program"](copy if copy is not None else program, feed_vars, fetch_vars, **kwargs)
+
+    framework.Program.clone = clone
+    paddle.static.Executor.run = run
+    static_io.save_inference_model = save_inference_model
+    static_io.normalize_program = normalize_program
+    for module in (paddle.static, getattr(paddle.static, "io", None)):
+        if module is not None and getattr(module, "save_inference_model", None) is _HOOKS["save_inference_model"]:
+            module.save_inference_model = save_inference_model
+        if module is not None and getattr(module, "normalize_program", None) is _HOOKS["normalize_program"]:
+            module.normalize_program = normalize_program
+
+
+def _untranspiled(program, feed_vars, fetch_vars, what: str):
+    """(copy, feed_vars, fetch_vars) on the copy when ``program`` (default: the default main
+    program) is transpiled, else (None, unchanged...)."""
+    import paddle
+
+    if program is None:
+        program = paddle.static.default_main_program()
+    original = original_of(program)
+    if original is None:
+        return None, feed_vars, fetch_vars
+    single_feed = not isinstance(feed_vars, (list, tuple))
+    single_fetch = not isinstance(fetch_vars, (list, tuple))
+    feeds = _to_copy(original, _flat(feed_vars), f"{what} feed_vars")
+    fetches = _to_copy(original, _flat(fetch_vars), f"{what} fetch_vars")
+    return original.copy, feeds[0] if single_feed else feeds, fetches[0] if single_fetch else fetches
