@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+from paddle_ngraph.quiet import quiet_env, quiet_this_process
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
@@ -53,7 +55,7 @@ SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "
 
 # --- worker: one rank of one configuration ------------------------------------------------------------
 def worker(args) -> dict:
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     import numpy as np
 
     if args.system in ("paddle-dp",):
@@ -273,7 +275,7 @@ def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
                        "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps)]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
-        env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
+        env = quiet_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         except subprocess.TimeoutExpired:
@@ -335,7 +337,7 @@ def measure_limits() -> dict:
 
 def model_gflop_per_sample(model: str) -> float | None:
     """Forward + backward FLOPs per sample of the model's matmuls and convolutions (3x forward)."""
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     import paddle
 
     paddle.enable_static()
@@ -407,7 +409,7 @@ def run_allreduce_bench(args) -> list:
                "--max-bytes", str(1 << 20 if args.smoke else 64 << 20),
                "--systems", "native,native-bf16,native-fp16,ccl,mpi,mpi4py"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              env=dict(os.environ, GLOG_minloglevel="2"))
+                              env=quiet_env())
         if proc.returncode != 0 or not os.path.exists(out):
             print(f"allreduce benchmark failed: {(proc.stderr or proc.stdout)[-500:]}", file=sys.stderr)
             return []

@@ -16,6 +16,8 @@ import re
 import subprocess
 import sys
 
+from paddle_ngraph.quiet import quiet_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "netns_cluster.py")
 RATE = re.compile(r"\[rank 0\] ([0-9.]+) samples/s")
@@ -43,7 +45,7 @@ def measure(hosts, ranks, config, link, args) -> float | None:
     cmd += ["--", "--steps", str(args.steps), "--warmup", str(args.warmup), "--log-every", str(10 ** 9),
             "--batch-size", str(args.batch_size)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=ROOT, GLOG_minloglevel="2"))
+                          env=quiet_env(PYTHONPATH=ROOT))
     found = RATE.search(proc.stdout)
     if proc.returncode != 0 or not found:
         print(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}", file=sys.stderr)

@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+from paddle_ngraph.quiet import quiet_this_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ["alexnet", "densenet121", "googlenet", "inception_v3", "mobilenet_v1", "mobilenet_v2",
             "mobilenet_v3_small", "resnet18", "resnet50", "resnext50_32x4d", "shufflenet_v2_x1_0",
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
     parser.add_argument("--leave-to-paddle", nargs="*", default=[], metavar="OP",
                         help="op types (as in the program: pd_op.flatten, flatten_contiguous_range) left to Paddle")
     args = parser.parse_args(argv)
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     sys.path.insert(0, ROOT)
     import logging
 

@@ -3,13 +3,15 @@ import os
 import subprocess
 import sys
 
+from paddle_ngraph.quiet import quiet_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "bench_zoo.py")
 
 
 def run(*args):
     return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GLOG_minloglevel="2"))
+                          env=quiet_env())
 
 
 def test_smoke_with_and_without_fallback():
