@@ -261,11 +261,17 @@ def run_config(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
         if result["status"] != "failed":
             break
         first = result["reason"]
-        print(f"  failed ({first[-200:]}); trying once more", file=sys.stderr, flush=True)
+        print(f"failed ({first[-200:]}); trying once more...", end=" ", file=sys.stderr, flush=True)
         time.sleep(5)  # let the failed run's sockets and processes go
         result = run_once(system, model, ranks, args, accumulate_steps)
         result["earlier_failure"] = first
     return result
+
+
+def outcome(result: dict) -> str:
+    if result["status"] == "ok":
+        return f"{result['ms_per_step']:.2f} ms/step, {result['samples_per_s']:.0f} samples/s"
+    return f"{result['status']}: {result['reason'][-200:]}"
 
 
 def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
@@ -569,8 +575,11 @@ def main(argv=None) -> int:
     for done, (model, system, n, k) in enumerate(configs, start=1):
         gflop = model_gflop_per_sample(model)
         label = f" accumulate_steps {k}" if k > 1 else ""
-        print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", file=sys.stderr, flush=True)
+        # One line per configuration: what runs now, completed with its outcome when it is done.
+        print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", end=" ", file=sys.stderr, flush=True)
+        started = time.monotonic()
         result = run_config(system, model, n, args, k)
+        print(f"{outcome(result)} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
         if result["status"] == "ok" and gflop:
             # Each rank computes its own batch on its share of the cores.
             cores = max(1, (os.cpu_count() or 1) // n)

@@ -86,6 +86,7 @@ def main(argv=None) -> int:
 
     import paddle
 
+    import paddle_ngraph
     from paddle_ngraph.zoo import vision
 
     logging.getLogger("paddle_ngraph").setLevel(logging.WARNING)
@@ -102,11 +103,10 @@ def main(argv=None) -> int:
         if args.size:
             vision.INPUT_SIZE[name] = args.size
         batch = min(args.batch, vision.BATCH.get(name, args.batch))
+        started, engines_before = time.monotonic(), len(paddle_ngraph.engines())
         steps = {True: system(name, True, batch), False: system(name, False, batch)}
-        if args.leave_to_paddle:
-            import paddle_ngraph
-
-            print(f"[bench_zoo] {name}: {len(paddle_ngraph.engines())} engine segment(s)", file=sys.stderr)
+        print(f"[bench_zoo] {name}: built in {time.monotonic() - started:.1f} s, "
+              f"{len(paddle_ngraph.engines()) - engines_before} engine segment(s)", file=sys.stderr, flush=True)
         medians = {True: [], False: []}
         for r in range(args.rounds):
             for ours in ((True, False) if r % 2 == 0 else (False, True)):
