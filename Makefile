@@ -6,7 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 MPIRUN := $(VENV)/bin/mpirun --allow-run-as-root --oversubscribe
-export GLOG_minloglevel := 2
+# Paddle's glog at ERROR in everything make starts, unless the caller sets it (GLOG_minloglevel=0 make ...).
+GLOG_minloglevel ?= 2
+export GLOG_minloglevel
 
 .PHONY: setup build demo test sanitize bench-deps bench clean
 

@@ -26,15 +26,18 @@ def paddle_dirs():
 
 
 class BuildExt(build_ext):
-    """Builds the native CPU library (CMake + ninja, setup_native.py) before the extensions."""
+    """Builds the native CPU library (CMake + ninja, setup_native.py) and records the Paddle version
+    before the extensions."""
 
     def run(self):
         import setup_native
 
         package_dir = "paddle_ngraph" if self.inplace else os.path.join(self.build_lib, "paddle_ngraph")
         setup_native.build(os.path.join("build", "native"), package_dir)
-        if not self.inplace:  # editable installs load the library from the source tree
+        setup_native.write_build_info(package_dir)  # the Paddle compiled against, checked at import
+        if not self.inplace:  # editable installs load the library (and the build info) from the source tree
             setup_native.build(os.path.join("build", "native"), "paddle_ngraph")
+            setup_native.write_build_info("paddle_ngraph")
         self.library_dirs.append(package_dir)
         super().run()
 

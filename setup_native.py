@@ -65,3 +65,31 @@ def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
     shutil.copy2(os.path.join(build_dir, LIBRARY), target + ".tmp")
     os.replace(target + ".tmp", target)  # atomic: a running process keeps its mapped copy
     return target
+
+
+BUILD_INFO = "_build_info.py"
+
+
+def paddle_distribution() -> tuple[str, str]:
+    """(distribution name, version) of the installed Paddle, from its metadata: what
+    paddle_ngraph/version_guard.py compares at import, without importing Paddle."""
+    from importlib import metadata
+
+    for name in ("paddlepaddle", "paddlepaddle-gpu"):
+        try:
+            return name, metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    sys.exit("paddle_ngraph: no paddlepaddle distribution installed: pip install paddlepaddle==3.3.1 first")
+
+
+def write_build_info(package_dir: str) -> str:
+    """Records the Paddle the native parts are compiled against (paddle_ngraph/_build_info.py, not in git)."""
+    name, version = paddle_distribution()
+    os.makedirs(package_dir, exist_ok=True)
+    target = os.path.join(package_dir, BUILD_INFO)
+    with open(target + ".tmp", "w") as f:
+        f.write(f'"""Written by the build (setup_native.write_build_info); read by version_guard.py."""\n'
+                f"PADDLE_DISTRIBUTION = {name!r}\nPADDLE_VERSION = {version!r}\n")
+    os.replace(target + ".tmp", target)
+    return target

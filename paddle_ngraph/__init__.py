@@ -4,11 +4,16 @@ A transpiler turns a Paddle program (legacy ProgramDesc or PIR) into a graph IR
 function; passes insert AllReduce after the gradients; backends execute it on
 every rank over MPI or oneCCL.
 """
-from . import backends, errors, ir  # noqa: F401
-from .api import convert, unsupported_ops
-from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, ProgramFileError,
-                     SerializationError, TransportError, UnsupportedOpsError, ValidationError)
+# First: the native parts are compiled against one Paddle; another one fails here, in one line.
+from .version_guard import check_installed_paddle as _check_installed_paddle
+
+_check_installed_paddle()
+
+from . import backends, errors, ir  # noqa: F401,E402
+from .api import convert, unsupported_ops  # noqa: E402
+from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
+from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, PaddleVersionError,  # noqa: E402
+                     ProgramFileError, SerializationError, TransportError, UnsupportedOpsError, ValidationError)
 
 __version__ = "0.1.0"
 
@@ -50,4 +55,4 @@ def release(program) -> int:
 __all__ = ["convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
-           "ConfigError", "__version__"]
+           "ConfigError", "PaddleVersionError", "__version__"]

@@ -49,3 +49,10 @@ class TransportError(NgraphError):
 
 class ConfigError(NgraphError):
     """Bad configuration; lists the valid choices."""
+
+
+class PaddleVersionError(NgraphError, ImportError):
+    """The installed Paddle is not the one paddle_ngraph was built against; names both versions.
+
+    Also an ImportError: it is raised by ``import paddle_ngraph``, and code that treats
+    paddle_ngraph as optional (``try: import paddle_ngraph except ImportError``) should see it so."""

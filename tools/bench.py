@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+from paddle_ngraph.quiet import quiet_env, quiet_this_process
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
@@ -53,7 +55,7 @@ SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "
 
 # --- worker: one rank of one configuration ------------------------------------------------------------
 def worker(args) -> dict:
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     import numpy as np
 
     if args.system in ("paddle-dp",):
@@ -259,11 +261,17 @@ def run_config(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
         if result["status"] != "failed":
             break
         first = result["reason"]
-        print(f"  failed ({first[-200:]}); trying once more", file=sys.stderr, flush=True)
+        print(f"failed ({first[-200:]}); trying once more...", end=" ", file=sys.stderr, flush=True)
         time.sleep(5)  # let the failed run's sockets and processes go
         result = run_once(system, model, ranks, args, accumulate_steps)
         result["earlier_failure"] = first
     return result
+
+
+def outcome(result: dict) -> str:
+    if result["status"] == "ok":
+        return f"{result['ms_per_step']:.2f} ms/step, {result['samples_per_s']:.0f} samples/s"
+    return f"{result['status']}: {result['reason'][-200:]}"
 
 
 def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
@@ -273,7 +281,7 @@ def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
                        "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps)]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
-        env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
+        env = quiet_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         except subprocess.TimeoutExpired:
@@ -335,7 +343,7 @@ def measure_limits() -> dict:
 
 def model_gflop_per_sample(model: str) -> float | None:
     """Forward + backward FLOPs per sample of the model's matmuls and convolutions (3x forward)."""
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     import paddle
 
     paddle.enable_static()
@@ -407,7 +415,7 @@ def run_allreduce_bench(args) -> list:
                "--max-bytes", str(1 << 20 if args.smoke else 64 << 20),
                "--systems", "native,native-bf16,native-fp16,ccl,mpi,mpi4py"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              env=dict(os.environ, GLOG_minloglevel="2"))
+                              env=quiet_env())
         if proc.returncode != 0 or not os.path.exists(out):
             print(f"allreduce benchmark failed: {(proc.stderr or proc.stdout)[-500:]}", file=sys.stderr)
             return []
@@ -567,8 +575,11 @@ def main(argv=None) -> int:
     for done, (model, system, n, k) in enumerate(configs, start=1):
         gflop = model_gflop_per_sample(model)
         label = f" accumulate_steps {k}" if k > 1 else ""
-        print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", file=sys.stderr, flush=True)
+        # One line per configuration: what runs now, completed with its outcome when it is done.
+        print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", end=" ", file=sys.stderr, flush=True)
+        started = time.monotonic()
         result = run_config(system, model, n, args, k)
+        print(f"{outcome(result)} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
         if result["status"] == "ok" and gflop:
             # Each rank computes its own batch on its share of the cores.
             cores = max(1, (os.cpu_count() or 1) // n)

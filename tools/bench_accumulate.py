@@ -13,12 +13,13 @@ what overlap did not hide; CPU backend), and samples/s relative to k=1. tools/be
 --accumulate-steps 1,2,4 gives the same figures from separate runs, next to the other systems.
 """
 import argparse
-import os
 import statistics
 import sys
 import time
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 
 def main(argv=None):

@@ -18,11 +18,12 @@ each rank sends: 2(n-1)/n * bytes for float32 (ring), half that for the 16-bit r
 """
 import argparse
 import json
-import os
 import sys
 import time
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 
 def parse_args(argv=None):

@@ -14,7 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_env, quiet_this_process
+
+quiet_this_process()
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMATS = ("none", "bf16", "fp16")
 
@@ -66,10 +68,10 @@ def run(model, compress, args, tmp):
     out = os.path.join(tmp, f"{model}_{compress}.json")
     mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks), "-x", "PYTHONPATH",
-           "-x", "GLOG_minloglevel", sys.executable, os.path.abspath(__file__), "--worker", out, "--model", model,
+           "-x", "GLOG_minloglevel", "-x", "PYTHONWARNINGS", sys.executable, os.path.abspath(__file__), "--worker", out, "--model", model,
            "--compress", compress, "--steps", str(args.steps), "--batch", str(args.batch), "--lr", str(args.lr)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", ""), GLOG_minloglevel="2"))
+                          env=quiet_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")))
     if proc.returncode != 0:
         raise SystemExit(f"{model} {compress}: training failed: {(proc.stderr or proc.stdout)[-2000:]}")
     return json.load(open(out))

@@ -15,6 +15,9 @@ import os
 import re
 import subprocess
 import sys
+import time
+
+from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "netns_cluster.py")
@@ -43,10 +46,10 @@ def measure(hosts, ranks, config, link, args) -> float | None:
     cmd += ["--", "--steps", str(args.steps), "--warmup", str(args.warmup), "--log-every", str(10 ** 9),
             "--batch-size", str(args.batch_size)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=ROOT, GLOG_minloglevel="2"))
+                          env=quiet_env(PYTHONPATH=ROOT))
     found = RATE.search(proc.stdout)
     if proc.returncode != 0 or not found:
-        print(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}", file=sys.stderr)
+        print(f"\nfailed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}", file=sys.stderr, flush=True)
         return None
     return float(found.group(1))
 
@@ -64,20 +67,28 @@ def main():
                    help="environment of every run, the baseline's too (e.g. PADDLE_NGRAPH_THREADS=1); repeatable")
     args = p.parse_args()
 
-    def best(hosts, ranks, config, link):
+    links = args.links.split(",")
+    done, total = 0, 1 + len(LAYOUTS) * len(links)
+
+    def best(label, hosts, ranks, config, link):
+        # One line per configuration: what runs now, completed with its result when it is done.
+        nonlocal done
+        done += 1
+        print(f"[{done}/{total}] {label} [{link}]...", end=" ", file=sys.stderr, flush=True)
+        started = time.monotonic()
         runs = [measure(hosts, ranks, config, link, args) for _ in range(args.repeat)]
         runs = [r for r in runs if r is not None]
-        return max(runs) if runs else None
+        rate = max(runs) if runs else None
+        print(f"{'failed' if rate is None else f'{rate:.0f} samples/s'} ({time.monotonic() - started:.0f} s)",
+              file=sys.stderr, flush=True)
+        return rate
 
-    baseline = best(1, 1, {}, "none")
-    print(f"1 host x 1 rank: {baseline} samples/s", file=sys.stderr, flush=True)
-    links = args.links.split(",")
+    baseline = best("1 host x 1 rank", 1, 1, {}, "none")
     rows = []
     for label, hosts, ranks, config in LAYOUTS:
         cells = []
         for link in links:
-            rate = best(hosts, ranks, config, link)
-            print(f"{label} [{link}]: {rate} samples/s", file=sys.stderr, flush=True)
+            rate = best(label, hosts, ranks, config, link)
             if rate is None or not baseline:
                 cells.append("failed")
             else:

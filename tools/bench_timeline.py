@@ -15,7 +15,9 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 
 def main(argv=None):

@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+from paddle_ngraph.quiet import quiet_this_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ["alexnet", "densenet121", "googlenet", "inception_v3", "mobilenet_v1", "mobilenet_v2",
             "mobilenet_v3_small", "resnet18", "resnet50", "resnext50_32x4d", "shufflenet_v2_x1_0",
@@ -78,12 +80,13 @@ def main(argv=None) -> int:
     parser.add_argument("--leave-to-paddle", nargs="*", default=[], metavar="OP",
                         help="op types (as in the program: pd_op.flatten, flatten_contiguous_range) left to Paddle")
     args = parser.parse_args(argv)
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     sys.path.insert(0, ROOT)
     import logging
 
     import paddle
 
+    import paddle_ngraph
     from paddle_ngraph.zoo import vision
 
     logging.getLogger("paddle_ngraph").setLevel(logging.WARNING)
@@ -100,11 +103,10 @@ def main(argv=None) -> int:
         if args.size:
             vision.INPUT_SIZE[name] = args.size
         batch = min(args.batch, vision.BATCH.get(name, args.batch))
+        started, engines_before = time.monotonic(), len(paddle_ngraph.engines())
         steps = {True: system(name, True, batch), False: system(name, False, batch)}
-        if args.leave_to_paddle:
-            import paddle_ngraph
-
-            print(f"[bench_zoo] {name}: {len(paddle_ngraph.engines())} engine segment(s)", file=sys.stderr)
+        print(f"[bench_zoo] {name}: built in {time.monotonic() - started:.1f} s, "
+              f"{len(paddle_ngraph.engines()) - engines_before} engine segment(s)", file=sys.stderr, flush=True)
         medians = {True: [], False: []}
         for r in range(args.rounds):
             for ours in ((True, False) if r % 2 == 0 else (False, True)):

@@ -31,6 +31,8 @@ import sys
 import time
 import warnings
 
+from paddle_ngraph.quiet import quiet_this_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUTPUT = os.path.join(ROOT, "docs", "COVERAGE.md")
 IRS = ("pir", "legacy")
@@ -400,7 +402,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", help="rows to compute (labels or model names); prints, writes nothing")
     parser.add_argument("--models", nargs="*", help="with --check: the vision models to check (default: all)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    quiet_this_process()
     sys.path.insert(0, ROOT)
     import logging
 

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from paddle_ngraph.quiet import quiet_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SCRIPT = os.path.join(ROOT, "examples", "fleet_mnist_mlp.py")
 PYTHON = sys.executable
@@ -263,7 +265,9 @@ def paddle_launch_commands(args, program: list[str], log_dir: str) -> list[list[
 
 
 def forwarded_env(args) -> dict[str, str]:
-    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ROOT), "GLOG_minloglevel": "2"}
+    quiet = quiet_env()  # the caller's GLOG_minloglevel and PYTHONWARNINGS, or quiet ones
+    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", ROOT), "GLOG_minloglevel": quiet["GLOG_minloglevel"],
+           "PYTHONWARNINGS": quiet["PYTHONWARNINGS"]}
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep:

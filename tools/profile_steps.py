@@ -7,10 +7,11 @@ Prints the nodes of the compiled (specialized, fused) function sorted by median 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 
 def main(argv=None):

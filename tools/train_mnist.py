@@ -9,11 +9,12 @@ Without --data, trains on scikit-learn's bundled handwritten digits laid out as
 MNIST; with --data DIR, on the MNIST IDX files in DIR.
 """
 import argparse
-import os
 import sys
 import time
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 
 def parse_args(argv=None):

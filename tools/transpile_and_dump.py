@@ -4,10 +4,11 @@
 A thin wrapper of ``paddle_ngraph.tools.dump`` (also installed as the console
 script ``paddle-ngraph-dump``); see ``--help`` and docs/dump_tool.md.
 """
-import os
 import sys
 
-os.environ.setdefault("GLOG_minloglevel", "2")
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
 
 from paddle_ngraph.tools.dump import main  # noqa: E402
 

@@ -23,6 +23,7 @@ from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOpt
 from paddle.framework import in_dynamic_mode
 
 from ..errors import ConfigError
+from ..quiet import paddle_minimize_warnings_ignored
 from .config import apply_log_level, resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
@@ -121,7 +122,8 @@ class NgraphOptimizer(MetaOptimizerBase):
 
         config = self.config or resolve_config(self.user_defined_strategy.ngraph_configs)
         apply_log_level(config["log_level"])
-        optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+        with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
+            optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
         info = detect_launcher()
         self.transport = make_transport_for(config, info)
         self.program = loss.block.program

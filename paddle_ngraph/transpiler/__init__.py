@@ -31,6 +31,21 @@ __all__ = ["transpile", "engines", "release"]
 log = logging.getLogger("paddle_ngraph.transpiler")
 
 
+def _default_log_level() -> None:
+    """Gives the ``paddle_ngraph`` logger a level when nobody has: ``PADDLE_NGRAPH_LOG_LEVEL``, else
+    WARNING. ``import paddle`` sets the root logger to INFO, so a logger left at NOTSET would
+    print our INFO lines. Fleet training (``log_level``) or the user may have set one: kept."""
+    import os
+
+    from ..fleet.config import ENV_PREFIX, apply_log_level, validate_value
+
+    if logging.getLogger("paddle_ngraph").level != logging.NOTSET:
+        return
+    name = ENV_PREFIX + "LOG_LEVEL"
+    text = os.environ.get(name)
+    apply_log_level(validate_value("log_level", text.strip(), f"environment variable {name}") if text else "WARNING")
+
+
 def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
               min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
@@ -70,6 +85,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     from ..backends.timeline import timeline_from_env
     from ..distributed import resolve_transport
 
+    _default_log_level()
     engine_op.library()  # registers the operator before the program refers to it
     view = decode(program)
     unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
@@ -129,6 +145,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     else:
         rewrite_legacy(view, plan, engines)
     originals.complete(original)
+    log.info("rank %d/%d: %s transpiled: %d engine segment(s), %s backend, %s transport", transport.rank,
+             transport.size, view.source, len(engines), compiler.name, transport.name)
     return program
 
 

@@ -15,6 +15,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from ..quiet import paddle_minimize_warnings_ignored
+
 # Feed specification of every model: name -> (shape, dtype, exclusive upper bound of integer values).
 FEEDS = {
     "mnist_mlp": {"x": ([None, 784], "float32", None), "y": ([None, 1], "int64", 10)},
@@ -172,5 +174,6 @@ def build_program(model: str = "mnist_mlp", optimizer: str = "sgd", lr: float = 
     main.random_seed = startup.random_seed = seed
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
         feeds, loss = MODELS[model](**model_kwargs)
-        make_optimizer(optimizer, lr).minimize(loss)
+        with paddle_minimize_warnings_ignored():
+            make_optimizer(optimizer, lr).minimize(loss)
     return main, startup, feeds, loss

@@ -11,6 +11,8 @@ import contextlib
 
 import numpy as np
 
+from ..quiet import paddle_minimize_warnings_ignored
+
 CLASSES = 10
 # The smallest input each constructor accepts, rounded up to a convenient size: AlexNet and
 # GoogLeNet end in fixed-size layers (224), Inception v3's stem needs 75; the rest pool
@@ -90,7 +92,8 @@ def build(name: str, batch: int | None = None, lr: float = 0.01, dtype: str = "f
         if isinstance(out, (list, tuple)):  # GoogLeNet's auxiliary heads: the main one
             out = out[0]
         loss = paddle.mean(paddle.nn.functional.cross_entropy(out, y))
-        paddle.optimizer.Momentum(lr, 0.9).minimize(loss)
+        with paddle_minimize_warnings_ignored():
+            paddle.optimizer.Momentum(lr, 0.9).minimize(loss)
     return main, startup, loss
 
 

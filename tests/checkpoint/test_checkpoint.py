@@ -18,6 +18,7 @@ from paddle_ngraph.zoo import build_program
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "distributed"))
 from mpi_util import mpirun  # noqa: E402
+from paddle_ngraph.quiet import quiet_env  # noqa: E402
 
 K = 6
 
@@ -45,7 +46,7 @@ def test_a_kill_while_saving_leaves_the_last_complete_checkpoint(tmp_path, delay
     root = tmp_path / "ckpt"
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "save_loop_worker.py"), str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=dict(os.environ, GLOG_minloglevel="2"))
+                            env=quiet_env())
     try:
         first = proc.stdout.readline()  # one save is complete
         assert first.strip() == "1"

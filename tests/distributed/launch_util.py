@@ -4,6 +4,8 @@ import subprocess
 import sys
 import tempfile
 
+from paddle_ngraph.quiet import quiet_env
+
 
 def launch(nranks: int, script: str, *args, timeout: float = 300, env=None):
     """Returns (returncode, combined worker logs)."""
@@ -11,7 +13,7 @@ def launch(nranks: int, script: str, *args, timeout: float = 300, env=None):
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nranks),
            "--log_dir", log_dir, script, *map(str, args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, GLOG_minloglevel="2", **(env or {})))
+                          env=quiet_env(**(env or {})))
     logs = []
     for rank in range(nranks):
         path = os.path.join(log_dir, f"workerlog.{rank}")

@@ -11,6 +11,7 @@ from harness import assert_trained_close
 from launch_util import launch
 from mpi_util import mpirun
 from paddle_ngraph.distributed.ccl import available as ccl_available
+from paddle_ngraph.quiet import quiet_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dp_worker.py")
@@ -28,7 +29,7 @@ def run_reference(tmp, world, ir, model="mnist_mlp", steps=20, dtype="float32", 
     proc = subprocess.run([sys.executable, WORKER, "--reference", "--ir", ir, "--model", model, "--steps", str(steps),
                            "--dtype", dtype, "--optimizers", optimizers, "--batch", str(batch), "--out", str(out)],
                           capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, DP_WORLD=str(world), GLOG_minloglevel="2"))
+                          env=quiet_env(DP_WORLD=str(world)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

@@ -8,6 +8,7 @@ import pytest
 from launch_util import launch
 from mpi_util import mpirun
 from paddle_ngraph.distributed.ccl import available as ccl_available
+from paddle_ngraph.quiet import quiet_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "bad_feed_worker.py")
@@ -74,7 +75,7 @@ def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
                "--log_dir", str(tmp_path), *args]
     log = open(tmp_path / "job.log", "w")
-    job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, GLOG_minloglevel="2"))
+    job = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=quiet_env())
     try:
         deadline = time.monotonic() + 60
         while len(_worker_pids(f"--steps {steps}")) < 2 and time.monotonic() < deadline:

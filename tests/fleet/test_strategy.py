@@ -13,6 +13,7 @@ import pytest
 import paddle_ngraph
 from paddle_ngraph import ConfigError
 from paddle_ngraph.fleet import config as cfg
+from paddle_ngraph.quiet import quiet_env
 
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
@@ -301,7 +302,7 @@ def test_dynamic_mode_is_refused():
 # --- nothing changes without `import paddle_ngraph`; importing it does not import Paddle ----------------
 def _python(code: str):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, GLOG_minloglevel="2"))
+                          timeout=120, env=quiet_env())
 
 
 def test_paddle_is_unchanged_without_the_import_and_patched_after_it(tmp_path):

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+from paddle_ngraph.quiet import quiet_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -12,7 +14,7 @@ def test_bench_smoke_runs_ours_and_paddle_and_reports_what_cannot_run(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
                            "--models", "mnist_mlp", "--systems", "ngraph-cpu,paddle", "--ranks", "1,2",
                            "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GLOG_minloglevel="2"))
+                          env=quiet_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     results = {(r["system"], r["ranks"]): r["result"] for r in report["results"]}
@@ -36,7 +38,7 @@ def test_bench_accumulate_steps_runs_each_k_and_counts_k_micro_batches_per_step(
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
                            "--models", "mnist_mlp", "--systems", "ngraph-cpu,paddle", "--ranks", "1",
                            "--accumulate-steps", "1,2", "--out", str(out)], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, GLOG_minloglevel="2"))
+                          timeout=600, env=quiet_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {(r["system"], r["accumulate_steps"]): r["result"] for r in report["results"]}
@@ -51,7 +53,7 @@ def test_bench_accumulate_steps_runs_each_k_and_counts_k_micro_batches_per_step(
 def test_bench_accumulate_tool_reports_every_k():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_accumulate.py"), "--ks", "1,2",
                            "--rounds", "2", "--steps", "1", "--batch-size", "8"], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, GLOG_minloglevel="2"))
+                          timeout=300, env=quiet_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     rows = [l.split() for l in lines[lines.index(next(l for l in lines if l.lstrip().startswith("k "))) + 1:]]
@@ -63,7 +65,7 @@ def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
                            "--models", "mnist_mlp", "--systems", "ngraph-cpu", "--ranks", "2", "--compress", "bf16",
                            "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GLOG_minloglevel="2"))
+                          env=quiet_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["compress"] == "bf16"

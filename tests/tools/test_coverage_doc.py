@@ -4,12 +4,14 @@ import os
 import subprocess
 import sys
 
+from paddle_ngraph.quiet import quiet_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_docs_coverage_md_is_up_to_date():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "coverage.py"), "--check"],
-                          capture_output=True, text=True, timeout=900, env=dict(os.environ, GLOG_minloglevel="2"))
+                          capture_output=True, text=True, timeout=900, env=quiet_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

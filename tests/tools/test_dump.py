@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import paddle_ngraph
 from paddle_ngraph.frontend import OP_TABLE
 from paddle_ngraph.ir import from_json, load, to_json
+from paddle_ngraph.quiet import quiet_env
 from paddle_ngraph.tools import dump
 from paddle_ngraph.zoo import build_program
 
@@ -277,7 +278,7 @@ def test_pir_json_that_is_not_a_program(capsys, tmp_path):
 # --- the script ----------------------------------------------------------------------------------------------
 def test_script_help():
     proc = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GLOG_minloglevel": "2"})
+                          env=quiet_env())
     assert proc.returncode == 0, proc.stderr
     assert "usage: paddle-ngraph-dump" in proc.stdout
     assert "examples:" in proc.stdout and "exit codes:" in proc.stdout and "--nranks" in proc.stdout

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from paddle_ngraph.distributed.ccl import available as ccl_available
+from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "netns_cluster.py")
@@ -41,7 +42,7 @@ needs_netns = pytest.mark.skipif(bool(BLOCKED), reason=BLOCKED)
 
 
 def tool(*args, timeout=120):
-    env = dict(os.environ, PYTHONPATH=ROOT, GLOG_minloglevel="2")
+    env = quiet_env(PYTHONPATH=ROOT)
     return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -135,7 +136,7 @@ def test_namespaces_removed_after_a_failed_job():
 
 @needs_netns
 def test_namespaces_removed_after_ctrl_c():
-    env = dict(os.environ, PYTHONPATH=ROOT, GLOG_minloglevel="2")
+    env = quiet_env(PYTHONPATH=ROOT)
     proc = subprocess.Popen([sys.executable, TOOL, "--", "--steps", "100000"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
