@@ -6,6 +6,7 @@ every rank over MPI or oneCCL.
 """
 from . import backends, errors, ir  # noqa: F401
 from .api import convert, unsupported_ops
+from .config import Config
 from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, ProgramFileError,
                      SerializationError, TransportError, UnsupportedOpsError, ValidationError)
@@ -19,11 +20,13 @@ from .fleet import install_hooks as _install_fleet_hooks  # noqa: E402
 _install_fleet_hooks()
 
 
-def transpile(program, backend: str | None = None, **options):
-    """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""
+def transpile(program, config: Config | None = None, **options):
+    """Rewrites ``program`` in place so that its supported ops run on this engine; returns it.
+    ``config``: a ``Config``; ``options``: its keys as keyword overrides, and the per-call
+    ``nranks``, ``transport``, ``fetch_list`` (``paddle_ngraph.transpiler.transpile``)."""
     from .transpiler import transpile as _transpile
 
-    return _transpile(program, backend=backend, **options)
+    return _transpile(program, config, **options)
 
 
 def engines():
@@ -41,7 +44,7 @@ def release(program) -> int:
     return _release(program)
 
 
-__all__ = ["convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+__all__ = ["Config", "convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "__version__"]

@@ -49,3 +49,8 @@ class TransportError(NgraphError):
 
 class ConfigError(NgraphError):
     """Bad configuration; lists the valid choices."""
+
+
+class UnknownConfigKeyError(ConfigError, TypeError):
+    """A configuration key (or ``transpile`` keyword) that does not exist; lists the valid keys.
+    A TypeError too, as Python's own error for an unexpected keyword argument is."""
