@@ -104,7 +104,7 @@ setup(
     version="0.1.0",
     description="Data-parallel training of PaddlePaddle static programs on CPU clusters, nGraph style",
     packages=find_packages(include=["paddle_ngraph", "paddle_ngraph.*"]),
-    package_data={"paddle_ngraph": ["fleet/defaults.yaml", "libpdng_cpu.so"]},  # a copy of configs/defaults.yaml (tested)
+    package_data={"paddle_ngraph": ["libpdng_cpu.so"]},
     ext_modules=extensions,
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",

@@ -11,6 +11,7 @@ _check_installed_paddle()
 
 from . import backends, errors, ir  # noqa: F401,E402
 from .api import convert, unsupported_ops  # noqa: E402
+from .config import Config  # noqa: E402
 from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, PaddleVersionError,  # noqa: E402
                      ProgramFileError, SerializationError, TransportError, UnsupportedOpsError, ValidationError)
@@ -30,11 +31,13 @@ from .distributed.paddle_env import export_mpi_ranks as _export_mpi_ranks  # noq
 _export_mpi_ranks()
 
 
-def transpile(program, backend: str | None = None, **options):
-    """Rewrites ``program`` in place so that its supported ops run on this engine; returns it."""
+def transpile(program, config: Config | None = None, **options):
+    """Rewrites ``program`` in place so that its supported ops run on this engine; returns it.
+    ``config``: a ``Config``; ``options``: its keys as keyword overrides, and the per-call
+    ``nranks``, ``transport``, ``fetch_list`` (``paddle_ngraph.transpiler.transpile``)."""
     from .transpiler import transpile as _transpile
 
-    return _transpile(program, backend=backend, **options)
+    return _transpile(program, config, **options)
 
 
 def engines():
@@ -52,7 +55,7 @@ def release(program) -> int:
     return _release(program)
 
 
-__all__ = ["convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+__all__ = ["Config", "convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "PaddleVersionError", "__version__"]

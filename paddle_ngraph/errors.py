@@ -56,3 +56,8 @@ class PaddleVersionError(NgraphError, ImportError):
 
     Also an ImportError: it is raised by ``import paddle_ngraph``, and code that treats
     paddle_ngraph as optional (``try: import paddle_ngraph except ImportError``) should see it so."""
+
+
+class UnknownConfigKeyError(ConfigError, TypeError):
+    """A configuration key (or ``transpile`` keyword) that does not exist; lists the valid keys.
+    A TypeError too, as Python's own error for an unexpected keyword argument is."""

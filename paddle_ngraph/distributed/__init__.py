@@ -1,22 +1,22 @@
-"""Transports (null, MPI; ccl to come), launcher detection, and the start-up sync of ranks."""
+"""Transports (null, MPI, oneCCL), launcher detection, and the start-up sync of ranks."""
 from __future__ import annotations
 
 import hashlib
 
-
 from ..errors import ConfigError, TransportError
-from .bootstrap import LaunchInfo, detect_launcher, make_transport
+from .bootstrap import make_transport
+from .launcher import LaunchInfo, detect_launcher
 from .transport import DTYPES, NullTransport, Transport
 
 __all__ = ["Transport", "NullTransport", "DTYPES", "detect_launcher", "make_transport", "resolve_transport",
            "initial_sync", "function_fingerprint", "LaunchInfo"]
 
 
-def resolve_transport(transport=None, nranks: int | None = None) -> Transport:
-    if transport is None:
-        transport = make_transport()
-    elif isinstance(transport, str):
-        transport = make_transport(transport)
+def resolve_transport(transport=None, nranks: int | None = None, name: str = "auto",
+                      timeout_s: float | None = None) -> Transport:
+    """``transport`` if given (an object, or a name), else the one ``name`` means here."""
+    if transport is None or isinstance(transport, str):
+        transport = make_transport(transport or name, timeout_s)
     if nranks is not None and nranks != transport.size:
         raise ConfigError(f"nranks={nranks}, but the {transport.name} transport has {transport.size} rank(s)")
     return transport

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, TransportError
-from .bootstrap import detect_launcher
+from .launcher import detect_launcher
 from .mpi import _average
 from .transport import Transport
 

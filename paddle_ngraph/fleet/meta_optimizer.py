@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 
 import paddle
 from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
@@ -24,7 +23,7 @@ from paddle.framework import in_dynamic_mode
 
 from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
-from .config import apply_log_level, resolve_config
+from .config import Config, apply_log_level, resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
 
@@ -77,21 +76,6 @@ def validate_for_fleet(fleet_obj, strategy) -> dict:
     return resolve_config(strategy.ngraph_configs)
 
 
-def make_transport_for(config: dict, info):
-    """The transport named by ``config['transport']`` ('auto' follows the launcher)."""
-    from ..distributed import make_transport
-
-    name = config["transport"]
-    if name == "auto":
-        name = "null" if info.size == 1 else {"mpirun": "mpi", "paddle": "ccl", "none": "null"}[info.launcher]
-    if name in ("ccl", "mlsl"):
-        from ..distributed.ccl import CclTransport, _binding
-
-        _binding()  # a clear ConfigError if the ccl transport is not built
-        return CclTransport(timeout_s=int(math.ceil(config["timeout_s"])))
-    return make_transport(name)
-
-
 class NgraphOptimizer(MetaOptimizerBase):
     """Appends backward and the optimizer with the inner optimizer, then transpiles the program
     for this launcher's ranks with the configured backend, transport, bucket size and reduction."""
@@ -118,24 +102,19 @@ class NgraphOptimizer(MetaOptimizerBase):
 
     def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         from .. import transpile
-        from ..distributed import detect_launcher
+        from ..distributed import detect_launcher, make_transport
 
-        config = self.config or resolve_config(self.user_defined_strategy.ngraph_configs)
-        apply_log_level(config["log_level"])
+        config = Config(**(self.config or resolve_config(self.user_defined_strategy.ngraph_configs)))
+        apply_log_level(config.log_level)
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
             optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
         info = detect_launcher()
-        self.transport = make_transport_for(config, info)
+        self.transport = make_transport(config.transport, timeout_s=config.timeout_s, info=info)
         self.program = loss.block.program
-        transpile(self.program, backend=config["backend"], nranks=info.size, transport=self.transport,
-                  bucket_mb=config["bucket_mb"], min_buckets=config["min_buckets"], reduction=config["reduction"],
-                  compress=config["compress"], threads=config["threads"], check_finite=config["check_finite"],
-                  timeout_s=config["timeout_s"], zero_stage=config["zero_stage"],
-                  accumulate_steps=config["accumulate_steps"],
-                  hierarchical=config["hierarchical"], fallback=config["fallback"])
+        transpile(self.program, config, nranks=info.size, transport=self.transport)
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d, "
-                 "compress %s", self.transport.rank, self.transport.size, config["backend"], self.transport.name,
-                 config["zero_stage"], config["compress"])
+                 "compress %s", self.transport.rank, self.transport.size, config.backend, self.transport.name,
+                 config.zero_stage, config.compress)
         return optimize_ops, params_grads
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from .config import resolve_config, validate
+from .config import KEYS, resolve_config, validate
 
 SAVE_TAG = "# paddle_ngraph:"
 _ORIGINALS: dict = {}
@@ -53,9 +53,9 @@ _FLAG_DOC = """Run collective static-graph training on paddle_ngraph's engine (C
 ``fleet.distributed_optimizer(opt, strategy).minimize(loss)`` appends backward and the
 optimizer, then ``paddle_ngraph.transpile``s the program. Default: False."""
 
-_CONFIGS_DOC = """paddle_ngraph's configuration overrides: backend, transport, bucket_mb, min_buckets, reduction,
-threads, timeout_s, log_level (documented in configs/defaults.yaml). Assigning a dict merges
-it into the keys set before; a wrong key or type raises ConfigError."""
+_CONFIGS_DOC = f"""paddle_ngraph's configuration overrides, any of: {', '.join(KEYS)}
+(the fields of paddle_ngraph.Config, documented in configs/defaults.yaml). Assigning a dict
+merges it into the keys set before; a wrong key or type raises ConfigError."""
 
 
 def effective_config(strategy) -> dict:

@@ -10,15 +10,16 @@ variables in the scope, updated in place, so ``paddle.static.save``/``load`` wor
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from .. import _bridge
-from ..backends import default_backend, get_backend
-from ..distributed.mpi import HIERARCHICAL_MODES
+from ..backends import get_backend
+from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, ConversionError, UnsupportedOpsError
 from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
-from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply, check_steps
+from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
@@ -27,7 +28,7 @@ from .rewrite import rewrite_legacy, rewrite_pir
 from .segments import plan_segments, refused_by_converters
 from .sharded_state import ShardedState
 
-__all__ = ["transpile", "engines", "release"]
+__all__ = ["transpile", "engines", "release", "Config"]
 log = logging.getLogger("paddle_ngraph.transpiler")
 
 
@@ -46,66 +47,53 @@ def _default_log_level() -> None:
     apply_log_level(validate_value("log_level", text.strip(), f"environment variable {name}") if text else "WARNING")
 
 
-def transpile(program, backend: str | None = None, nranks: int | None = None, transport=None,
-              bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
-              min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
-              hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1,
-              fallback: bool = True):
+# Arguments of one call, not configuration: the ranks expected, a transport object (a name is
+# the ``transport`` configuration key), values to keep fetchable.
+PER_CALL_ARGUMENTS = ("nranks", "transport", "fetch_list")
+
+
+def transpile(program, config: Config | None = None, *, nranks: int | None = None, transport=None, fetch_list=(),
+              **overrides):
     """Rewrites ``program`` in place; returns it.
 
-    ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
-    ``threads``: compute threads of the CPU backend (0: cores / ranks on this node).
-    ``nranks``: ranks of data-parallel training (default: the launcher's, else 1).
-    ``transport``: a ``paddle_ngraph.distributed`` transport (default: chosen from the launcher).
-    ``bucket_mb``: gradient fusion bucket size in MB (0: one AllReduce per gradient).
-    ``min_buckets``: the bucket size is lowered so that the gradients make at least this many.
-    ``compress``: ``bf16`` or ``fp16``: float32 gradients travel as 16-bit values, summed and
-    averaged in float32, the same bits on every rank (``none``: float32 on the wire).
-    ``check_finite``: CPU backend: stop at a NaN or Inf in a gradient after its AllReduce.
-    ``timeout_s``: with several ranks, the longest wait of a collective for the other ranks; then
-    every rank stops with a report of the missing ranks and what they have not submitted.
-    ``zero_stage``: 1 shards the optimizer state over the ranks (ZeRO stage 1: reduce-scatter of the
-    gradient buckets, each rank updates its slice, allgather of the parameters); 0 replicates it.
-    ``hierarchical``: MPI transport: ``on`` reduces within each node, allreduces among one leader per
-    node and broadcasts within the node; ``off`` is one flat allreduce; ``auto`` (default) is ``on``
-    when the ranks span several nodes and some node has more than one rank. A node is a host name,
-    or ``PADDLE_NGRAPH_NODE_ID`` where set. oneCCL picks topology-aware algorithms itself.
-    ``accumulate_steps``: k > 1 accumulates the gradients of k ``exe.run`` calls (micro-batches)
-    and makes one AllReduce and optimizer update on the k-th, with their mean: equal to one step
-    on the k-times larger batch for a mean loss. Calls 1..k-1 leave parameters unchanged; the loss
-    is returned on every call. Combines with ``zero_stage`` and ``compress``: their collectives
-    carry the averaged accumulated gradients on the k-th call.
+    ``config``: a ``paddle_ngraph.Config`` (default: ``Config()``); keyword ``overrides`` of its
+    keys take precedence over it (a keyword given as None keeps the config's value).
+    ``nranks``: ranks of data-parallel training (default: the transport's; checked against it).
+    ``transport``: a ``paddle_ngraph.distributed`` transport, or the name of one (the ``transport``
+    key; default ``auto``: chosen from the launcher).
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
-    ``fallback``: ops the engine lacks (and control flow) stay Paddle ops between engine segments;
-    ``False`` refuses such a program with ``UnsupportedOpsError`` listing them.
 
     With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
     kernels and collectives are recorded into a Chrome trace per rank (backends/timeline.py).
+
+    Configuration keys (the fields of ``paddle_ngraph.Config``; documented in configs/defaults.yaml):
+    {keys}
     """
+    if isinstance(transport, str):
+        overrides["transport"], transport = transport, None
+    log_level_given = config is not None or overrides.get("log_level") is not None
+    config = options(config, overrides)
+    if log_level_given:
+        from ..fleet.config import apply_log_level
+
+        apply_log_level(config.log_level)
+    else:  # a level the application (or fleet) set is kept
+        _default_log_level()
     from ..backends.timeline import timeline_from_env
     from ..distributed import resolve_transport
 
-    _default_log_level()
     engine_op.library()  # registers the operator before the program refers to it
     view = decode(program)
     unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
-    if unsupported and not fallback:
+    if unsupported and not config.fallback:
         raise UnsupportedOpsError(unsupported)
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
-    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view) if fallback else None)
-    transport = resolve_transport(transport, nranks)
-    if zero_stage not in (0, 1):
-        raise ConfigError(f"zero_stage: {zero_stage!r} is not 0 or 1")
-    if hierarchical not in HIERARCHICAL_MODES:
-        raise ConfigError(f"hierarchical: unknown mode {hierarchical!r}; valid: {', '.join(HIERARCHICAL_MODES)}")
-    if zero_stage == 1 and compress != "none":
-        # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
-        raise ConfigError(f"compress: {compress!r} cannot be combined with zero_stage 1 (the sharded buckets are "
-                          f"reduce-scattered in float32); set one of them")
-    check_steps(accumulate_steps)
-    if len(plan.segments) > 1 and (zero_stage or accumulate_steps > 1):
-        raise ConfigError(f"{'zero_stage 1' if zero_stage else 'accumulate_steps'} needs the whole program on the "
-                          f"engine; these ops fall back to Paddle: {plan.fallback_summary()}")
+    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view) if config.fallback else None)
+    transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
+    if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1):
+        what = "zero_stage 1" if config.zero_stage else "accumulate_steps"
+        raise ConfigError(f"{what} needs the whole program on the engine; these ops fall back to Paddle: "
+                          f"{plan.fallback_summary()}")
     if plan.fallback:
         log.info("%s: %d op(s) left to Paddle (%s); %d engine segment(s)", view.source, len(plan.fallback),
                  plan.fallback_summary(), len(plan.segments))
@@ -113,12 +101,12 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
             if id(op) in plan.refused:
                 log.debug("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
     timeline = timeline_from_env(transport.rank, transport.size)
-    options = {"threads": threads, **({"check_finite": True} if check_finite else {})}
-    compiler = get_backend(backend or default_backend(), **options)
+    backend_options = {"threads": config.threads, **({"check_finite": True} if config.check_finite else {})}
+    compiler = get_backend(config.backend, **backend_options)
     if transport.size > 1:
-        transport.set_hierarchical(hierarchical)
-    settings = dict(bucket_mb=bucket_mb, reduction=reduction, min_buckets=min_buckets, zero_stage=zero_stage,
-                    compress=compress, accumulate_steps=accumulate_steps, timeout_s=timeout_s)
+        transport.set_hierarchical(config.hierarchical)
+    settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
+                                                      "compress", "accumulate_steps", "timeout_s")}
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
@@ -148,6 +136,30 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     log.info("rank %d/%d: %s transpiled: %d engine segment(s), %s backend, %s transport", transport.rank,
              transport.size, view.source, len(engines), compiler.name, transport.name)
     return program
+
+
+def options(config: Config | None, overrides: dict, source: str = "transpile") -> Config:
+    """``config`` (default ``Config()``) with the keyword ``overrides`` over it, validated; errors
+    name ``source``, an unknown keyword lists the valid ones."""
+    unknown = [k for k in overrides if k not in KEYS]
+    if unknown:
+        raise unknown_keys_error(unknown, source, f"; per-call arguments: {', '.join(PER_CALL_ARGUMENTS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if config is None:
+        config = Config.build(given, source)
+    elif isinstance(config, Config):
+        config = config.replace(source, **given) if given else config
+    elif isinstance(config, Mapping):
+        config = Config.build({**config, **given}, source)
+    else:
+        raise ConfigError(f"{source}: config must be a paddle_ngraph.Config or a dict of configuration values, got "
+                          f"{type(config).__name__} {config!r}; valid keys: {valid_keys()}")
+    return config
+
+
+transpile.__doc__ = transpile.__doc__.replace("{keys}", "\n    ".join(
+    f"``{f.name}`` (default ``{(f.metadata['shown_default'] or f.default)!r}``): {f.metadata['summary']}"
+    for f in FIELDS.values()))
 
 
 def _build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered: bool) -> Engine:

@@ -1,5 +1,7 @@
 """The YAML configuration reader fuzzed: whatever the file holds, the outcome is a valid
 configuration or one ConfigError naming the file, never another exception."""
+import os
+
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -7,7 +9,8 @@ from hypothesis import strategies as st
 from paddle_ngraph.errors import ConfigError
 from paddle_ngraph.fleet import config as cfg
 
-DEFAULTS = open(cfg.defaults_path(), "rb").read()
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULTS = open(os.path.join(ROOT, "configs", "defaults.yaml"), "rb").read()
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=12))
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
                                                                                           max_size=3), max_leaves=6)

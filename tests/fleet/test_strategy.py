@@ -1,7 +1,6 @@
 """strategy.ngraph / ngraph_configs: validation, precedence, save/load, the shipped defaults,
 the meta optimizer's selection and refusals, and that Paddle is unchanged without the import."""
 import copy
-import filecmp
 import os
 import subprocess
 import sys
@@ -181,13 +180,9 @@ def test_a_missing_yaml_file_is_named(tmp_path, monkeypatch):
 
 
 # --- the shipped defaults ------------------------------------------------------------------------
-def test_packaged_defaults_are_identical_to_configs_defaults():
-    repo = os.path.join(ROOT, "configs", "defaults.yaml")
-    packaged = os.path.join(ROOT, "paddle_ngraph", "fleet", "defaults.yaml")
-    assert filecmp.cmp(repo, packaged, shallow=False), \
-        "paddle_ngraph/fleet/defaults.yaml differs from configs/defaults.yaml: copy configs/defaults.yaml over it"
-    if os.path.dirname(os.path.abspath(paddle_ngraph.__file__)) == os.path.join(ROOT, "paddle_ngraph"):
-        assert str(cfg.defaults_path()) == repo  # a checkout (editable install) reads the repository's file
+def test_the_defaults_are_configs_and_the_yaml_template_agrees():
+    assert cfg.resolve_config({}) == paddle_ngraph.Config().as_dict()
+    assert cfg.load_yaml(os.path.join(ROOT, "configs", "defaults.yaml")) == cfg.resolve_config({})
 
 
 def test_every_key_is_in_the_defaults_and_documented_by_a_comment():
@@ -198,8 +193,10 @@ def test_every_key_is_in_the_defaults_and_documented_by_a_comment():
         assert lines[index - 1].startswith("#"), f"{key} has no comment above it"
 
 
-def test_setup_ships_the_packaged_defaults():
-    assert '"fleet/defaults.yaml"' in open(os.path.join(ROOT, "setup.py")).read()
+def test_compress_with_zero_stage_1_fails_at_resolution(monkeypatch):
+    monkeypatch.setenv("PADDLE_NGRAPH_ZERO_STAGE", "1")
+    with pytest.raises(ConfigError, match="effective configuration: compress: 'fp16' cannot be combined with zero_stage"):
+        cfg.resolve_config({"compress": "fp16"})
 
 
 # --- distributed_optimizer / minimize in one process ----------------------------------------------

@@ -104,7 +104,7 @@ def test_unknown_hierarchical_mode_is_a_config_error():
     from paddle_ngraph.errors import ConfigError
 
     main, _, _, _ = build_program("mnist_mlp", "sgd", lr=0.03)
-    with pytest.raises(ConfigError, match="hierarchical: unknown mode 'maybe'; valid: auto, on, off"):
+    with pytest.raises(ConfigError, match="transpile: unknown hierarchical 'maybe'; valid: auto, on, off"):
         paddle_ngraph.transpile(main, hierarchical="maybe")
 
 

@@ -1,0 +1,267 @@
+"""The configuration of paddle_ngraph, defined once: the frozen dataclass ``Config``.
+
+Each field carries its type (the annotation), its default, and in its metadata the valid
+choices, the minimum and the documentation. Everything else derives from it:
+``transpile(program, config=None, **overrides)``'s options, the validation of
+``strategy.ngraph_configs``, of the ``PADDLE_NGRAPH_<KEY>`` environment variables and of the
+YAML file named by ``PADDLE_NGRAPH_CONFIG`` (``paddle_ngraph.fleet.config``), and the
+documentation: ``configs/defaults.yaml`` and README's table are generated from it by
+``tools/gen_config_docs.py`` (drift-tested).
+
+It lives at the package top, not in ``fleet/``, because ``transpile`` takes it too and the
+transpiler must not depend on the fleet integration (which depends on the transpiler).
+Importing this module imports neither Paddle nor the backends.
+"""
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .distributed.mpi import HIERARCHICAL_MODES
+from .errors import ConfigError, UnknownConfigKeyError
+from .ir.ops.collective import COMPRESSIONS
+
+TRANSPORTS = ("auto", "mpi", "ccl", "mlsl", "null")
+REDUCTIONS = ("avg", "sum")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_KINDS = {str: "str", int: "int", float: "number", bool: "bool"}
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false"}
+
+
+def _backends() -> list[str]:
+    from .backends import available_backends
+
+    return available_backends()
+
+
+def _default_backend() -> str:
+    from .backends import default_backend
+
+    return default_backend()
+
+
+def option(default=dataclasses.MISSING, *, doc: str, summary: str, choices: Callable[[], Any] | tuple | None = None,
+           case: str | None = None, minimum: float | None = None, exclusive_minimum: bool = False,
+           default_factory=dataclasses.MISSING, shown_default=None):
+    """A configuration field. ``doc``: the long description (the comment in configs/defaults.yaml);
+    ``summary``: README's table cell. ``case`` ("upper"/"lower"): strings are normalized to it
+    before the choices are compared. ``shown_default``: the default the documentation shows when
+    the real one depends on the build (``default_factory``)."""
+    metadata = dict(doc=doc, summary=summary, choices=choices, case=case, minimum=minimum,
+                    exclusive_minimum=exclusive_minimum, shown_default=shown_default)
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Config:
+    """paddle_ngraph's configuration; every value validated (and normalized: choices are case-
+    insensitive) on construction. ``Config.build(values, source)`` names ``source`` in errors."""
+
+    backend: str = option(
+        default_factory=_default_backend, shown_default="CPU", choices=_backends, case="upper",
+        summary="`CPU`: native kernels; `INTERPRETER`: the NumPy reference (slow)",
+        doc="Backend that runs the transpiled function: CPU (native kernels on oneDNN) or INTERPRETER\n"
+            "(the NumPy reference, the executable definition of every op; slow).")
+    transport: str = option(
+        "auto", choices=TRANSPORTS, case="lower",
+        summary="`auto`: mpirun -> mpi, paddle launch -> ccl, one process -> null; `mlsl` = `ccl`",
+        doc="Transport of the AllReduce between ranks:\n"
+            "  auto  - follow the launcher: mpirun -> mpi, paddle.distributed.launch -> ccl, one process -> null\n"
+            "  mpi   - Open MPI through mpi4py (jobs started by mpirun only)\n"
+            "  ccl   - oneCCL (paddle.distributed.launch or mpirun); mlsl is accepted as an alias of ccl\n"
+            "  null  - one process, no communication")
+    bucket_mb: float = option(
+        32, minimum=0,
+        summary="gradient fusion bucket, 0 = one AllReduce per gradient",
+        doc="Gradient fusion bucket size in MB (a number >= 0; 0 = one AllReduce per gradient).")
+    min_buckets: int = option(
+        4, minimum=1,
+        summary="the bucket size is lowered so that gradients make at least this many buckets",
+        doc="At least this many buckets (an integer >= 1): the bucket size is lowered to total gradient\n"
+            "bytes / min_buckets when that is smaller, so that early buckets can travel while the backward\n"
+            "pass goes on. 1 = bucket_mb alone decides.")
+    reduction: str = option(
+        "avg", choices=REDUCTIONS, case="lower",
+        summary="how gradients are combined across ranks: `avg` = sum, then one scale by 1/N",
+        doc="How gradients are combined across ranks: avg (sum, then one scale by 1/N) or sum.")
+    compress: str = option(
+        "none", choices=COMPRESSIONS, case="lower",
+        summary="`bf16` or `fp16`: float32 gradients travel as 16-bit values (half the bytes), summed and averaged "
+                "in float32 in rank order, rounded to 16 bits once: the same bits on every rank (see \"Compressed "
+                "allreduce\")",
+        doc="Wire format of float32 gradients: none (float32), bf16 or fp16. With bf16/fp16 each rank sends\n"
+            "its gradients as 16-bit values (half the bytes); they are summed and averaged in float32 in rank\n"
+            "order and the result is rounded to 16 bits once, so every rank gets the same bits. bf16 keeps\n"
+            "float32's range with 8 bits of mantissa; fp16 has 11 bits but overflows to inf above 65504\n"
+            "(check_finite catches it). Needs reduction sum or avg.")
+    threads: int = option(
+        0, minimum=0,
+        summary="compute threads per rank of the CPU backend; 0 = cores / ranks on this node",
+        doc="Compute threads per rank of the CPU backend (an integer >= 0; 0 = the cores available to the\n"
+            "process divided by the ranks on this node, so that ranks do not oversubscribe it). The\n"
+            "INTERPRETER leaves threading to NumPy.")
+    check_finite: bool = option(
+        False,
+        summary="CPU backend: stop at a NaN or Inf in a gradient after its AllReduce, naming step and gradient",
+        doc="CPU backend: check every reduced gradient for NaN and Inf after its AllReduce (true or false).\n"
+            "A non-finite value stops every rank at that step with the step number and the gradient's name\n"
+            "(the reduced values, and so the check's outcome, are the same on every rank).")
+    zero_stage: int = option(
+        0, choices=(0, 1),
+        summary="`1`: shard the optimizer state over the ranks (ZeRO-1, see \"Sharded optimizer state\")",
+        doc="ZeRO stage (0 or 1). 1 shards the optimizer state over the ranks: each bucket's gradients are\n"
+            "reduce-scattered, each rank updates its 1/N slice of the parameters with its slice of the\n"
+            "optimizer state (moments, velocities), and the new parameters are allgathered. Optimizer memory\n"
+            "per rank drops by the rank count, traffic stays that of an allreduce. SGD, Momentum and Adam(W)\n"
+            "are sliced; other optimizers keep the plain AllReduce. save_checkpoint gathers the full state.")
+    accumulate_steps: int = option(
+        1, minimum=1,
+        summary="k > 1: gradients of k `exe.run` micro-batches are summed, averaged and AllReduced once, then one "
+                "update (see \"Gradient accumulation\")",
+        doc="Gradient accumulation (an integer >= 1). k > 1: each exe.run is a micro-batch; the first k-1 of\n"
+            "every k add their gradients into accumulators held by the engine (no AllReduce, no update,\n"
+            "parameters unchanged), the k-th adds its own, divides by k, AllReduces and updates once. With a\n"
+            "mean loss that equals one step on a batch k times larger (Paddle's gradient_merge with avg), for\n"
+            "1/k of the AllReduces. Combines with zero_stage 1 (the k-th micro-step reduce-scatters).")
+    timeout_s: float = option(
+        60, minimum=0, exclusive_minimum=True,
+        summary="longest wait of a collective for the other ranks (and the ccl start-up rendezvous); then every "
+                "rank stops naming the missing ranks (see \"When something fails\")",
+        doc="Seconds a rank waits in a collective (or at start-up, for the ccl transport's rendezvous) for the\n"
+            "other ranks (a number > 0). Then the stall watchdog stops every rank with a report naming the\n"
+            "missing ranks and the buckets they have not submitted. Raise it if one rank legitimately works\n"
+            "alone for longer between steps (e.g. rank 0 evaluating while the others wait for the next step).")
+    hierarchical: str = option(
+        "auto", choices=HIERARCHICAL_MODES, case="lower",
+        summary="mpi transport: `on` = reduce within each node, allreduce among node leaders, broadcast within "
+                "the node; `off` = one flat allreduce; `auto` = `on` when ranks span several nodes and some node "
+                "has several ranks (see \"Several hosts\")",
+        doc="Hierarchical allreduce with the mpi transport: auto, on or off. on: reduce within each node (over\n"
+            "shared memory) to one leader, allreduce among the leaders (the only traffic between hosts),\n"
+            "broadcast within the node; off: one flat MPI_Allreduce over all ranks. auto: on when the ranks\n"
+            "span more than one node and some node has more than one rank. A node is a host name, or the\n"
+            "value of PADDLE_NGRAPH_NODE_ID where set (for tests and odd topologies). The ccl transport\n"
+            "ignores it (oneCCL chooses topology-aware algorithms itself).")
+    fallback: bool = option(
+        True,
+        summary="ops the engine lacks (and control flow) stay Paddle ops between engine segments; `false` refuses "
+                "such programs (see \"Fallback to Paddle\")",
+        doc="Ops the engine lacks (and control flow: cond, while_loop) stay Paddle ops between the engine's\n"
+            "segments, reading and writing the same variables; each gradient is still averaged across ranks\n"
+            "exactly once before its update (true or false). false refuses such a program, listing the ops.")
+    log_level: str = option(
+        "WARNING", choices=LOG_LEVELS, case="upper",
+        summary="of the `paddle_ngraph` logger",
+        doc="Level of paddle_ngraph's log messages: DEBUG, INFO, WARNING, ERROR or CRITICAL.")
+
+    def __post_init__(self):
+        for key, value in _validated(dataclasses.asdict(self), "Config").items():
+            object.__setattr__(self, key, value)
+
+    @classmethod
+    def build(cls, values: Mapping, source: str, base: "Config | None" = None) -> "Config":
+        """``base`` (default: the defaults) with ``values`` over it; errors name ``source``."""
+        merged = dict((base if base is not None else cls()).as_dict(), **validate(values, source))
+        return cls(**_validated(merged, source))
+
+    def replace(self, source: str = "Config", **overrides) -> "Config":
+        return Config.build(overrides, source, base=self)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+KEYS = tuple(FIELDS)
+
+
+def kind(key: str) -> str:
+    """"str", "int", "number" or "bool": what values ``key`` takes."""
+    return _KINDS[FIELDS[key].type]
+
+
+def type_name(key: str) -> str:
+    return _TYPE_NAMES[kind(key)]
+
+
+def choices(key: str) -> tuple | None:
+    found = FIELDS[key].metadata["choices"]
+    return tuple(found() if callable(found) else found) if found is not None else None
+
+
+def defaults() -> dict:
+    return Config().as_dict()
+
+
+def valid_keys() -> str:
+    return ", ".join(sorted(KEYS))
+
+
+def unknown_keys_error(unknown, source: str, also: str = "") -> UnknownConfigKeyError:
+    return UnknownConfigKeyError(f"{source}: unknown key(s) {', '.join(repr(k) for k in unknown)}; "
+                                 f"valid keys: {valid_keys()}{also}")
+
+
+def validate_value(key: str, value, source: str):
+    """Returns the normalized value, or raises a ConfigError naming ``source``."""
+    if key not in FIELDS:
+        raise UnknownConfigKeyError(f"{source}: unknown key '{key}'; valid keys: {valid_keys()}")
+    meta, value_kind = FIELDS[key].metadata, kind(key)
+    if value_kind == "str":
+        ok = isinstance(value, str)
+    elif value_kind == "bool":
+        ok = isinstance(value, (bool, np.bool_))
+        value = bool(value) if ok else value
+    elif value_kind == "int":  # NumPy's integers too (a value computed by the caller), as Python ints
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+        value = int(value) if ok else value
+    else:
+        ok = (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+              and math.isfinite(value))
+        value = value if not ok or isinstance(value, (int, float)) else float(value)
+    if not ok:
+        raise ConfigError(f"{source}: '{key}' must be {type_name(key)}, got {type(value).__name__} {value!r}")
+    if meta["case"] == "upper":
+        value = value.upper()
+    elif meta["case"] == "lower":
+        value = value.lower()
+    valid = choices(key)
+    if valid is not None and value not in valid:
+        raise ConfigError(f"{source}: unknown {key} {value!r}; valid: {', '.join(map(str, valid))}")
+    minimum = meta["minimum"]
+    if minimum is not None:
+        if value <= minimum if meta["exclusive_minimum"] else value < minimum:
+            bound = f"> {minimum:g}" if meta["exclusive_minimum"] else f">= {minimum:g}"
+            raise ConfigError(f"{source}: '{key}' must be {bound}, got {value!r}")
+    return value
+
+
+def validate(config, source: str) -> dict:
+    """Validates a (partial) mapping of configuration values; returns them normalized."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{source}: must be a dict of configuration values, got {type(config).__name__}; "
+                          f"valid keys: {valid_keys()}")
+    unknown = [k for k in config if k not in FIELDS]
+    if unknown:
+        raise unknown_keys_error(unknown, source)
+    return {key: validate_value(key, value, source) for key, value in config.items()}
+
+
+def check_combination(config: Mapping, source: str) -> None:
+    """Constraints between keys of a complete configuration."""
+    if config["zero_stage"] == 1 and config["compress"] != "none":
+        # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
+        raise ConfigError(f"{source}: compress: {config['compress']!r} cannot be combined with zero_stage 1 (the "
+                          f"sharded buckets are reduce-scattered in float32); set one of them")
+
+
+def _validated(config: dict, source: str) -> dict:
+    values = validate(config, source)
+    check_combination(values, source)
+    return values
