@@ -27,8 +27,6 @@ LAUNCHER_FLAGS = ["--log_level", "WARNING", "--nproc_per_node", "2"]  # as the M
 # Output that is not the demo's doing, dropped before looking for noise (with a Python warning's
 # source line after it). Remove each entry once its fix is merged:
 KNOWN_NOISE = [
-    # Paddle's PIR backward, during fleet's minimize: quieted in the package by branch i19-quiet.
-    r"UserWarning: Tensor do not have 'place' interface for pir graph mode",
     # oneCCL announces the CCL_LOG_LEVEL=error that paddle_ngraph/distributed/ccl.py sets (CCL_DEFAULTS).
     r"\|CCL_WARN\| value of CCL_LOG_LEVEL changed to be error",
 ]
@@ -44,7 +42,9 @@ def run(tmp_path_factory):
     cmd = [sys.executable, "-m", "paddle.distributed.launch", *LAUNCHER_FLAGS, "--log_dir", str(tmp / "log"),
            DEMO, "--epochs", str(EPOCHS), "--compare-steps", str(COMPARE_STEPS),
            "--record-indices", str(tmp / "indices")]
-    env = dict(os.environ, GLOG_minloglevel="2", PYTHONWARNINGS="ignore:No ccache found:UserWarning")
+    # As the Makefile; PYTHONPATH: the script's own directory comes first on sys.path, not the checkout.
+    env = dict(os.environ, GLOG_minloglevel="2", PYTHONWARNINGS="ignore:No ccache found:UserWarning",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     logs = {}
     for rank in range(2):
