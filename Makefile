@@ -25,9 +25,17 @@ $(VENV)/.deps: requirements.txt
 
 setup: $(VENV)/.deps
 
-# The native extensions compile against the installed Paddle, hence no build isolation.
-build: setup
+# The native extensions compile against the installed Paddle, hence no build isolation. Done again
+# only when a native source, the build scripts or the dependencies changed (the stamp's
+# prerequisites): `make demo` after `make test` starts at once.
+NATIVE_SOURCES := $(shell find native cython -name '*.cc' -o -name '*.h' -o -name '*.pyx' -o -name '*.pxd' \
+                    -o -name CMakeLists.txt -o -name '*.sh' 2>/dev/null) setup.py setup_native.py pyproject.toml
+BUILT := build/.installed
+$(BUILT): $(VENV)/.deps $(NATIVE_SOURCES)
 	$(PIP) install -q --no-build-isolation -e .
+	mkdir -p build && touch $@
+
+build: $(BUILT)
 
 # The fleet example on 2 ranks under Paddle's launcher (oneCCL transport): it shows rank 0's output,
 # rank r's is in build/demo-log/workerlog.r. PYTHONWARNINGS reaches the launcher and, through it, the

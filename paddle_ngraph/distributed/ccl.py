@@ -14,6 +14,7 @@ the cores), CCL_ATL_TRANSPORT=ofi, CCL_ATL_SHM=1 (shared memory within a node).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -55,6 +56,39 @@ def available() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _log_level_notice_dropped():
+    """oneCCL reads its environment when first used and reports each variable that differs from
+    its default at its *default* log level (warn), before applying CCL_LOG_LEVEL: so our
+    CCL_LOG_LEVEL=error is itself announced, on every rank, on standard output: the one line the
+    setting cannot silence. Around that first use, fd 1 goes to a temporary file; C's buffered
+    output is flushed into it, and every other line is written back to standard output."""
+    import ctypes
+    import sys
+    import tempfile
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no usable stdout: nothing to filter
+        yield
+        return
+    libc = ctypes.CDLL(None)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1)
+        try:
+            yield
+        finally:
+            libc.fflush(None)  # oneCCL writes through C's buffered stdout
+            os.dup2(saved, 1)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True)
+                    if b"|CCL_WARN| value of CCL_LOG_LEVEL changed" not in line]
+            if kept:
+                os.write(1, b"".join(kept))
+
+
 def _np_dtype_name(array: np.ndarray, bfloat16: bool) -> str:
     if bfloat16:
         return "bfloat16"
@@ -75,6 +109,10 @@ class CclTransport(Transport):
             os.environ.setdefault("CCL_OFI_LIBRARY_PATH", _libfabric_path())
         info = detect_launcher()
         self.rank, self.size = info.rank, info.size
+        with _log_level_notice_dropped():
+            self._connect(info, timeout_s)
+
+    def _connect(self, info, timeout_s: int) -> None:
         if info.launcher == "mpirun":
             address = self._address_over_mpi()
         elif info.launcher == "paddle":

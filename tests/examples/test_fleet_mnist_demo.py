@@ -4,7 +4,7 @@ the Makefile's launcher flags, for a few epochs:
 - it completes, the held-out accuracy it prints is reached, and it ends with the summary giving both
   throughputs (the engine's and Paddle's executor's);
 - neither what the user sees (the launcher's output, which replays rank 0's log) nor rank 1's log
-  holds a warning or a log line, except the known ones listed in KNOWN_NOISE;
+  holds a warning or a log line;
 - the DistributedBatchSampler gave the ranks disjoint shards of every epoch.
 
 Also: the README's quick start shows the command the Makefile's `demo` target runs.
@@ -24,12 +24,6 @@ DEMO = os.path.join(ROOT, "examples", "fleet_mnist_demo.py")
 EPOCHS, COMPARE_STEPS, MIN_ACCURACY = 4, 20, 85.0  # the full run (15 epochs) reaches 93-95%
 LAUNCHER_FLAGS = ["--log_level", "WARNING", "--nproc_per_node", "2"]  # as the Makefile's demo target
 
-# Output that is not the demo's doing, dropped before looking for noise (with a Python warning's
-# source line after it). Remove each entry once its fix is merged:
-KNOWN_NOISE = [
-    # oneCCL announces the CCL_LOG_LEVEL=error that paddle_ngraph/distributed/ccl.py sets (CCL_DEFAULTS).
-    r"\|CCL_WARN\| value of CCL_LOG_LEVEL changed to be error",
-]
 NOISE = re.compile(r"warn|^[IWEF]\d{4} |\bINFO\b|^\[\d{4}-\d\d-\d\d ", re.IGNORECASE)
 
 pytestmark = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
@@ -56,19 +50,7 @@ def run(tmp_path_factory):
 
 
 def noise(output: str) -> list:
-    lines, found = output.splitlines(), []
-    skip_next = False
-    for line in lines:
-        if skip_next and line.startswith(" "):
-            skip_next = False
-            continue
-        skip_next = False
-        if any(re.search(known, line) for known in KNOWN_NOISE):
-            skip_next = True
-            continue
-        if NOISE.search(line):
-            found.append(line)
-    return found
+    return [line for line in output.splitlines() if NOISE.search(line)]
 
 
 def test_the_demo_reaches_the_accuracy_and_prints_one_summary_with_both_throughputs(run):
