@@ -89,11 +89,15 @@ cdef void _fallback(void* context, int node_index, int n_in, void* const* in_ptr
 
 def array_at(uintptr_t address, dtype, shape):
     """A NumPy array over memory owned elsewhere (no copy); the caller keeps the owner alive."""
+    return _array_at(<void*>address, cnp.dtype(dtype).num, tuple(int(d) for d in shape))
+
+
+cdef object _array_at(void* address, int typenum, tuple shape):
     cdef cnp.npy_intp dims[32]
-    shape = tuple(int(d) for d in shape)
-    for i, d in enumerate(shape):
-        dims[i] = d
-    return cnp.PyArray_SimpleNewFromData(len(shape), dims, cnp.dtype(dtype).num, <void*>address)
+    cdef Py_ssize_t i
+    for i in range(len(shape)):
+        dims[i] = shape[i]
+    return cnp.PyArray_SimpleNewFromData(len(shape), dims, typenum, address)
 
 
 cdef class NativeExecutable:
@@ -102,7 +106,7 @@ cdef class NativeExecutable:
     cdef Executor* executor
     cdef public object fallback       # fallback(node_index, in_addresses, out_addresses)
     cdef list constants               # keeps nothing native alive; for reports
-    cdef list result_types            # (numpy dtype, shape) per result
+    cdef list result_types            # (NumPy type number, shape tuple) per result
     cdef vector[void*] input_ptrs
 
     def __cinit__(self):
@@ -149,7 +153,7 @@ cdef class NativeExecutable:
 
     def set_results(self, buffers, types):
         self.executor.set_results(buffers)
-        self.result_types = list(types)
+        self.result_types = [(cnp.dtype(dtype).num, tuple(int(d) for d in shape)) for dtype, shape in types]
 
     def set_num_inputs(self, int n):
         self.executor.set_num_inputs(n)
@@ -193,8 +197,11 @@ cdef class NativeExecutable:
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
         results = []
-        for i, (dtype, shape) in enumerate(self.result_types):
-            view = array_at(<uintptr_t>self.executor.result_data(i), dtype, shape)
+        cdef int typenum
+        cdef tuple shape
+        for i in range(len(self.result_types)):
+            typenum, shape = self.result_types[i]
+            view = _array_at(self.executor.result_data(i), typenum, shape)
             cnp.set_array_base(view, self)  # the executor outlives its results
             results.append(view)
         return results

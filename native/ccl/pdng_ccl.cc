@@ -1,6 +1,10 @@
 // paddle_ngraph's oneCCL transport: oneCCL (Intel's successor of MLSL) behind a C ABI.
 #include "pdng_ccl.h"
 
+#include <sched.h>
+#include <time.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -58,6 +62,37 @@ int fail(const std::string& what) {
   return 1;
 }
 
+// How a rank waits for its operation. With CCL_WORKER_OFFLOAD=0 (ccl.py's default) the waiting thread
+// drives progress inside wait() and test(), and wait() polls without a pause: with more ranks than
+// cores, a polling rank holds a core that the rank it waits for needs. PDNG_CCL_WAIT picks:
+//   spin   event.wait(), as oneCCL does;
+//   yield  test(), then sched_yield() between tests: a runnable thread on this core goes first;
+//   sleep  (default) test() with sched_yield() for the first polls, then 20 us sleeps: the core is
+//          free while a peer is late (the other ranks' compute, or a rank of this job sharing it).
+enum class WaitMode { Spin, Yield, Sleep };
+
+WaitMode wait_mode() {
+  const char* v = std::getenv("PDNG_CCL_WAIT");
+  const std::string mode = v ? v : "sleep";
+  if (mode == "spin") return WaitMode::Spin;
+  if (mode == "yield") return WaitMode::Yield;
+  return WaitMode::Sleep;
+}
+
+void finish(ccl::event event) {
+  static const WaitMode mode = wait_mode();
+  if (mode == WaitMode::Spin) {
+    event.wait();
+    return;
+  }
+  constexpr int kYields = 64;
+  const timespec pause{0, 20000};
+  for (int polls = 0; !event.test(); ++polls) {
+    if (mode == WaitMode::Yield || polls < kYields) sched_yield();
+    else nanosleep(&pause, nullptr);
+  }
+}
+
 template <typename F>
 int guarded(const char* op, int dtype, F&& body) {
   if (!g_comm) return fail(std::string(op) + ": the oneCCL communicator is not created");
@@ -112,17 +147,17 @@ int pdng_ccl_allreduce(const void* send, void* recv, size_t count, int dtype, in
   ccl::reduction red;
   if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
     return fail("allreduce: unsupported reduction code " + std::to_string(reduction));
-  return guarded("allreduce", dtype, [&](ccl::datatype dt) { ccl::allreduce(send, recv, count, dt, red, *g_comm).wait(); });
+  return guarded("allreduce", dtype, [&](ccl::datatype dt) { finish(ccl::allreduce(send, recv, count, dt, red, *g_comm)); });
 }
 
 int pdng_ccl_broadcast(void* buffer, size_t count, int dtype, int root) {
-  return guarded("broadcast", dtype, [&](ccl::datatype dt) { ccl::broadcast(buffer, count, dt, root, *g_comm).wait(); });
+  return guarded("broadcast", dtype, [&](ccl::datatype dt) { finish(ccl::broadcast(buffer, count, dt, root, *g_comm)); });
 }
 
 int pdng_ccl_allgather(const void* send, void* recv, size_t count, int dtype) {
   return guarded("allgather", dtype, [&](ccl::datatype dt) {
     std::vector<size_t> counts(g_comm->size(), count);
-    ccl::allgatherv(send, count, recv, counts, dt, *g_comm).wait();
+    finish(ccl::allgatherv(send, count, recv, counts, dt, *g_comm));
   });
 }
 
@@ -131,16 +166,16 @@ int pdng_ccl_reduce_scatter(const void* send, void* recv, size_t recv_count, int
   if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
     return fail("reduce_scatter: unsupported reduction code " + std::to_string(reduction));
   return guarded("reduce_scatter", dtype,
-                 [&](ccl::datatype dt) { ccl::reduce_scatter(send, recv, recv_count, dt, red, *g_comm).wait(); });
+                 [&](ccl::datatype dt) { finish(ccl::reduce_scatter(send, recv, recv_count, dt, red, *g_comm)); });
 }
 
 int pdng_ccl_send(const void* buffer, size_t count, int dtype, int peer) {
   return guarded("send", dtype,
-                 [&](ccl::datatype dt) { ccl::send(const_cast<void*>(buffer), count, dt, peer, *g_comm).wait(); });
+                 [&](ccl::datatype dt) { finish(ccl::send(const_cast<void*>(buffer), count, dt, peer, *g_comm)); });
 }
 
 int pdng_ccl_recv(void* buffer, size_t count, int dtype, int peer) {
-  return guarded("recv", dtype, [&](ccl::datatype dt) { ccl::recv(buffer, count, dt, peer, *g_comm).wait(); });
+  return guarded("recv", dtype, [&](ccl::datatype dt) { finish(ccl::recv(buffer, count, dt, peer, *g_comm)); });
 }
 
 int pdng_ccl_barrier(void) {

@@ -7,6 +7,12 @@
 #include <exception>
 #include <functional>
 
+#include <pthread.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace pdng {
 
 namespace {
@@ -17,6 +23,10 @@ double now_seconds() {
 }
 
 std::string where(const NodeInfo& node) { return "while executing node '" + node.name + "' (" + node.op_type + "): "; }
+
+// Names the calling thread (at most 15 characters), so that per-thread CPU time can be told apart
+// in /proc/self/task/*/comm (paddle_ngraph/backends/cpu/thread_times.py) and in top -H or perf.
+void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
 }  // namespace
 
 Executor::Executor() { comm_thread_ = std::thread([this] { comm_loop(); }); }
@@ -26,7 +36,7 @@ Executor::~Executor() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
   // A thread stuck in a collective whose peers died cannot be joined; the process is ending then.
   if (broken_) comm_thread_.detach();
   else comm_thread_.join();
@@ -89,6 +99,9 @@ int Executor::add_collective_start(const NodeInfo& node, int node_index, const s
                                    const std::vector<std::string>& tensor_names) {
   Collective c;
   c.tensor_names = tensor_names;
+  c.reduction = node.attrs.has("reduction") ? node.attrs.get_string("reduction") : "sum";
+  c.compress = node.attrs.has("compress") ? node.attrs.get_string("compress") : "none";
+  for (const auto& d : node.inputs) c.count += d.numel();
   c.node = node;
   c.node_index = node_index;
   c.in = in;
@@ -103,6 +116,13 @@ int Executor::add_collective_start(const NodeInfo& node, int node_index, const s
 }
 
 void Executor::add_collective_wait(int collective) {
+  // The steps between the Start and this Wait are all added by now.
+  bool overlaps = false;
+  for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+    if (it->kind == StepKind::Start && it->collective == collective) break;
+    overlaps = overlaps || it->kind == StepKind::Compute;
+  }
+  collectives_.at(collective).overlaps = overlaps;
   Step step;
   step.kind = StepKind::Wait;
   step.collective = collective;
@@ -174,6 +194,24 @@ class ComputeThread {
     if (error) std::rethrow_exception(error);
   }
 
+  // Runs job on the calling thread, serialized with the compute thread's jobs, with OpenMP limited to
+  // one thread there (restored after): a one-thread step creates no OpenMP team, so the reason for
+  // the compute thread does not apply, and skipping its two hand-offs saves 10-20 us per step on a
+  // busy machine (tools/bench_allreduce.py, 2 ranks).
+  void call_here(const std::function<void()>& job) {
+    if (std::this_thread::get_id() == thread_.get_id()) return job();
+    std::lock_guard<std::mutex> caller(call_mutex_);
+#ifdef _OPENMP
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{saved};
+#endif
+    job();
+  }
+
  private:
   ComputeThread() {
     thread_ = std::thread([this] { loop(); });
@@ -181,6 +219,7 @@ class ComputeThread {
   }
 
   void loop() {
+    name_this_thread("pdng-compute");
     for (;;) {
       std::function<void()> job;
       {
@@ -208,7 +247,8 @@ class ComputeThread {
 }  // namespace
 
 void Executor::run(void* const* inputs, int n_inputs) {
-  ComputeThread::instance().call([&] { run_here(inputs, n_inputs); });
+  if (threads_ == 1) ComputeThread::instance().call_here([&] { run_here(inputs, n_inputs); });
+  else ComputeThread::instance().call([&] { run_here(inputs, n_inputs); });
 }
 
 void Executor::run_here(void* const* inputs, int n_inputs) {
@@ -236,7 +276,7 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
         try {
           step.kernel->run(step.in_tensors, step.out_tensors);
         } catch (const std::exception& e) {
-          if (started > waited) broken_ = true;
+          if (started > waited) fail_in_flight();
           throw Error(where(step.node) + e.what());
         }
         break;
@@ -258,7 +298,10 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
           queue_.push_back(step.collective);
         }
         submitted_.fetch_add(1, std::memory_order_relaxed);
-        cv_.notify_all();
+        // Nothing to overlap with (its Wait comes before any compute): the compute thread runs it at
+        // the Wait, and waking the communication thread would only cost a wake-up on a core that
+        // another rank may be computing on (unless that thread is busy: it then takes it in turn).
+        if (c.overlaps) work_cv_.notify_one();
         ++started;
         break;
       }
@@ -269,14 +312,14 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
         ++waited;
         const Collective& c = collectives_[step.collective];
         if (!c.error.empty()) {
-          if (started > waited) broken_ = true;
+          if (started > waited) fail_in_flight();
           throw Error(where(c.node) + c.error);
         }
         if (check_finite_ && c.region >= 0) {
           try {
             check_finite(c);
           } catch (const std::exception& e) {
-            if (started > waited) broken_ = true;
+            if (started > waited) fail_in_flight();
             throw Error(where(c.node) + e.what());
           }
         }
@@ -324,71 +367,94 @@ void Executor::check_finite(const Collective& c) const {
   }
 }
 
+void Executor::fail_in_flight() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    broken_ = true;
+  }
+  work_cv_.notify_one();
+}
+
+// Blocks (no spinning: the core may be another rank's) until the collective is done. If none is
+// running and some are queued, the compute thread runs the front one itself instead of waking the
+// communication thread and sleeping: one hand-off less on the critical path, and the queue order,
+// the same on every rank, is kept. Collectives thus come from two threads, never at once (MPI needs
+// MPI_THREAD_SERIALIZED, which make_mpi_communicator checks).
 void Executor::wait_for(int collective) {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return collectives_[collective].done; });
+  while (!collectives_[collective].done) {
+    if (!running_ && !queue_.empty()) {
+      run_front(lock, false);
+    } else {
+      waiting_for_ = collective;
+      done_cv_.wait(lock);
+      waiting_for_ = -1;
+    }
+  }
+  // Later collectives queued while this thread ran one: the communication thread, told of them at
+  // their Start, found it busy and went back to sleep.
+  if (!running_ && !queue_.empty()) work_cv_.notify_one();
+}
+
+void Executor::run_front(std::unique_lock<std::mutex>& lock, bool on_comm_thread) {
+  const int index = queue_.front();
+  queue_.pop_front();
+  running_ = true;
+  lock.unlock();
+  Collective& c = collectives_[index];
+  const bool tracing = c.traced;
+  const double t0 = now_seconds();
+  std::string error;
+  try {
+    run_collective(c);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const double elapsed = now_seconds() - t0;
+  lock.lock();
+  comm_seconds_ += elapsed;
+  if (tracing) {
+    collective_trace_[2 * index] = t0;
+    collective_trace_[2 * index + 1] = t0 + elapsed;
+  }
+  c.error = error;
+  c.done = true;
+  running_ = false;
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  // Only the collective the compute thread waits for wakes it: the queue is FIFO, so before that one
+  // the communication thread goes on with the next by itself.
+  if (on_comm_thread && index == waiting_for_) done_cv_.notify_one();
 }
 
 void Executor::comm_loop() {
+  name_this_thread("pdng-comm");
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    int index;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_ && queue_.empty()) return;
-      index = queue_.front();
-      queue_.pop_front();
-    }
-    Collective& c = collectives_[index];
-    const bool tracing = c.traced;
-    double t0 = now_seconds();
-    std::string error;
-    try {
-      run_collective(c);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    double elapsed = now_seconds() - t0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      comm_seconds_ += elapsed;
-      if (tracing) {
-        collective_trace_[2 * index] = t0;
-        collective_trace_[2 * index + 1] = t0 + elapsed;
-      }
-      c.error = error;
-      c.done = true;
-    }
-    completed_.fetch_add(1, std::memory_order_relaxed);
-    cv_.notify_all();
+    work_cv_.wait(lock, [&] { return stopping_ || (!running_ && !queue_.empty()); });
+    if (!running_ && !queue_.empty()) run_front(lock, true);
+    else if (stopping_) return;
   }
 }
 
 void Executor::run_collective(Collective& c) {
   const bool one_process = !comm_ || comm_->size() == 1;
   if (c.node.op_type == "AllReduce" && c.region >= 0) {
-    const std::string reduction = c.node.attrs.get_string("reduction");
     if (one_process) return;  // every reduction over one rank is the identity (avg: sum / 1)
     const TensorDesc& first = c.node.inputs.at(0);
-    const std::string compress = c.node.attrs.has("compress") ? c.node.attrs.get_string("compress") : "none";
-    if (compress != "none") {
-      if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(reduction, compress)) {
-        int64_t count = 0;
-        for (const auto& d : c.node.inputs) count += d.numel();
-        comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), count, reduction, compress);
+    if (c.compress != "none") {
+      if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(c.reduction, c.compress)) {
+        comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
         return;
       }
-    } else if (comm_->supports_allreduce(first.dtype, reduction)) {
-      int64_t count = 0;
-      for (const auto& d : c.node.inputs) count += d.numel();
-      comm_->allreduce(resolved_[c.region], count, first.dtype, reduction);
+    } else if (comm_->supports_allreduce(first.dtype, c.reduction)) {
+      comm_->allreduce(resolved_[c.region], c.count, first.dtype, c.reduction);
       return;
     }
   }
   const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
   if (sharded && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
     const TensorDesc& in = c.node.inputs.at(0);
-    const std::string reduction = c.node.op_type == "AllGather" ? "sum" : c.node.attrs.get_string("reduction");
+    const std::string& reduction = c.reduction;  // "sum" for AllGather, which has none
     if (comm_->supports_sharded(in.dtype, reduction)) {
       if (c.node.op_type == "ReduceScatter")
         comm_->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);

@@ -45,9 +45,9 @@ void in_blocks(int64_t n, const Fn& fn) {
 template <class T>
 void divide(void* data, int64_t count, int size) {
   // The same arithmetic as the Python transports' avg (sum / size), so that results agree bitwise.
+  // Serial: an OpenMP region here would start a second team of spinning workers for this thread.
   T* p = static_cast<T*>(data);
   const T n = static_cast<T>(size);
-#pragma omp parallel for if (count > (1 << 16))
   for (int64_t i = 0; i < count; ++i) p[i] = p[i] / n;
 }
 

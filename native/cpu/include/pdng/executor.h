@@ -99,7 +99,8 @@ class Executor {
 
   // --- running --------------------------------------------------------------------------
   // Throws Error naming the node. Safe to call without the GIL, from any thread: the step runs on
-  // the process's one compute thread (executor.cc, ComputeThread).
+  // the process's one compute thread (executor.cc, ComputeThread), or with one thread (set_threads(1))
+  // on the calling thread, serialized with that thread's steps.
   void run(void* const* inputs, int n_inputs);
   void* result_data(int i) const;
   int64_t arena_bytes() const { return arena_size_; }
@@ -140,8 +141,13 @@ class Executor {
     std::vector<int> in, out;
     int region;
     std::vector<std::string> tensor_names;  // one per output, for error messages
-    bool native = false;  // the communicator reduces it; otherwise the fallback runs it
-    // Written by the communication thread, read after done.
+    // Fixed at build, so that running it allocates nothing: the reduction and compress attributes,
+    // the elements of an in-place bucket, and whether compute steps lie between its Start and its
+    // Wait (if none, the thread could not overlap it with anything: the compute thread runs it).
+    std::string reduction, compress;
+    int64_t count = 0;
+    bool overlaps = true;
+    // Written by whichever thread runs it (under mutex_), read after done.
     bool done = false;
     bool traced = false;  // set by the Start step: the thread records its transfer's times
     std::string error;
@@ -160,8 +166,13 @@ class Executor {
   void* resolve(int buffer) const;
   void bind();
   void comm_loop();
+  // Runs the collective at the front of the queue on the calling thread; mutex_ held on entry and exit.
+  void run_front(std::unique_lock<std::mutex>& lock, bool on_comm_thread);
   void run_collective(Collective& c);
   void wait_for(int collective);
+  // A run fails with collectives queued or running: no further runs; the communication thread
+  // still runs what is queued, as the other ranks expect.
+  void fail_in_flight();
 
   std::vector<uint8_t> arena_storage_;
   uint8_t* arena_ = nullptr;
@@ -181,8 +192,14 @@ class Executor {
 
   std::thread comm_thread_;
   std::mutex mutex_;
-  std::condition_variable cv_;
+  // Two conditions, so that finishing a collective wakes only the thread that needs it: work_cv_
+  // wakes the communication thread (work queued, stopping), done_cv_ the compute thread at a Wait.
+  std::condition_variable work_cv_, done_cv_;
   std::deque<int> queue_;
+  // A collective is being run (by the communication thread or by the compute thread at a Wait).
+  // Collectives run one at a time, in queue order: the same order on every rank.
+  bool running_ = false;
+  int waiting_for_ = -1;  // the collective the compute thread sleeps on in a Wait, if any
   bool stopping_ = false;
   bool broken_ = false;  // a run failed with collectives in flight: refuse further runs
   double wait_seconds_ = 0, comm_seconds_ = 0;
