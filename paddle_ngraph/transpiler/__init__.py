@@ -35,7 +35,7 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
               bucket_mb: float = 32, fetch_list=(), reduction: str = "avg", threads: int = 0,
               min_buckets: int = 4, check_finite: bool = False, timeout_s: float = 60, zero_stage: int = 0,
               hierarchical: str = "auto", compress: str = "none", accumulate_steps: int = 1,
-              fallback: bool = True):
+              fallback: bool = True, sync_batch_norm: bool = False):
     """Rewrites ``program`` in place; returns it.
 
     ``backend``: ``CPU`` (native, the default where built) or ``INTERPRETER`` (the NumPy reference).
@@ -63,6 +63,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     ``fetch_list``: further values to keep fetchable beyond the loss and metrics.
     ``fallback``: ops the engine lacks (and control flow) stay Paddle ops between engine segments;
     ``False`` refuses such a program with ``UnsupportedOpsError`` listing them.
+    ``sync_batch_norm``: with several ranks, every training-mode batch norm takes its mean and variance
+    over the batch of all ranks, as Paddle's ``sync_batch_norm`` (which is converted so in any case).
 
     With ``PADDLE_NGRAPH_TIMELINE=path.json`` in the environment (read here, once), every step's
     kernels and collectives are recorded into a Chrome trace per rank (backends/timeline.py).
@@ -102,7 +104,8 @@ def transpile(program, backend: str | None = None, nranks: int | None = None, tr
     if transport.size > 1:
         transport.set_hierarchical(hierarchical)
     settings = dict(bucket_mb=bucket_mb, reduction=reduction, min_buckets=min_buckets, zero_stage=zero_stage,
-                    compress=compress, accumulate_steps=accumulate_steps, timeout_s=timeout_s)
+                    compress=compress, accumulate_steps=accumulate_steps, timeout_s=timeout_s,
+                    sync_batch_norm=sync_batch_norm)
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
@@ -136,7 +139,8 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     """Converts one segment, runs the collective passes on it, compiles it and registers its engine."""
     from ..distributed import initial_sync
 
-    session = ConversionSession(view)
+    session = ConversionSession(view, sync_batch_norm=settings["sync_batch_norm"] and transport.size > 1,
+                                nranks=transport.size)
     # Values an earlier segment's converters did not make (an input its reader's converter
     # ignores, such as batch_norm_grad's reserve_space) are not handed over.
     unmade = settings.setdefault("unmade", set())
