@@ -88,6 +88,7 @@ def main():
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--mode", default="option", choices=["option", "ops", "none"])
     p.add_argument("--backend", default=None)
+    p.add_argument("--zero-stage", type=int, default=0)
     p.add_argument("--out", required=True)
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, the global batch")
     p.add_argument("--world", type=int, default=0, help="--reference: the ranks whose global batch to take")
@@ -116,7 +117,7 @@ def main():
                 if not args.reference:
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=0.001, backend=args.backend,
                                             fetch_list=[loss],  # (in a translated program the loss is no sink)
-                                            sync_batch_norm=args.mode == "option")
+                                            zero_stage=args.zero_stage, sync_batch_norm=args.mode == "option")
                 losses = []
                 for step in range(args.steps):
                     lo, hi = (0, args.batch * world) if args.reference else (rank * args.batch, (rank + 1) * args.batch)

@@ -2,7 +2,7 @@
 process on the concatenated batch N x B: parameters and running mean/variance within 1e-5 (tensor
 level), identical on every rank. Real mpirun (and paddle.distributed.launch for the ccl transport),
 both IRs, through transpile(..., sync_batch_norm=True) and through Paddle's own sync_batch_norm ops.
-The one-process conversion is tests/frontend/test_sync_batch_norm.py."""
+The one-process conversion is tests/frontend/test_sync_batch_norm_conversion.py."""
 import os
 import subprocess
 import sys
@@ -64,6 +64,16 @@ def test_two_ranks_equal_one_process_on_concatenated_batch(tmp_path, model, ir, 
     out = tmp_path / "run"
     out.mkdir()
     proc = mpirun(2, WORKER, "--model", model, "--ir", ir, "--mode", mode, "--backend", backend, "--out", out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    check(ref, out, 2)
+
+
+def test_with_zero_1(tmp_path):
+    """ZeRO-1 shards the gradients (scale and bias included); the statistics stay AllReduces."""
+    ref = reference(tmp_path, 2, "pir", "conv_bn")
+    out = tmp_path / "run"
+    out.mkdir()
+    proc = mpirun(2, WORKER, "--model", "conv_bn", "--mode", "option", "--zero-stage", 1, "--out", out)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     check(ref, out, 2)
 

@@ -150,3 +150,25 @@ def test_statistics_collectives_are_not_gradient_buckets():
     updates = [k for k, (kind, node) in enumerate(steps) if node.op_type == "SGDUpdate"]
     computes = [k for k, (kind, node) in enumerate(steps) if kind == "compute" and node.op_type != "SGDUpdate"]
     assert min(updates) > max(computes)  # the updates still come last
+
+
+def test_zero_1_shards_the_gradients_not_the_statistics():
+    """ZeRO-1 reduce-scatters scale and bias gradients like any, and leaves the statistics AllReduces
+    (sum, unchanged inputs) alone."""
+    from paddle_ngraph.passes.shard_optimizer import ShardOptimizer
+
+    main, _, layer = _bn_program("pir")
+    view = decode(main)
+    session = ConversionSession(view, sync_batch_norm=True, nranks=2)
+    session.convert_ops([op for op in view.ops if op.block == 0])
+    function = session.function([], name="two")
+    before = {n.id: [i.node.op_type for i in n.inputs] for n in function.ordered_nodes() if is_statistics(n)}
+    sharding = ShardOptimizer(2, bucket_bytes=0)
+    PassManager([sharding, InsertAllReduce(2, bucket_bytes=0)]).run(function)
+    nodes = function.ordered_nodes()
+    after = {n.id: [i.node.op_type for i in n.inputs] for n in nodes if is_statistics(n)}
+    assert after == before and all(n.attrs["reduction"] == "sum" for n in nodes if is_statistics(n))
+    scattered = [n for n in nodes if n.op_type == "ReduceScatter"]
+    assert scattered and not any(is_statistics(n) for n in scattered)
+    assert not any(n.op_type == "AllReduce" and not is_statistics(n) for n in nodes)  # all gradients sharded
+    assert {layer.weight.name, layer.bias.name} <= {p for bucket in sharding.buckets for p in bucket.params}
