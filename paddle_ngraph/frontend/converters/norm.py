@@ -69,9 +69,7 @@ def _over_ranks(ctx) -> bool:
     """Whether this training-mode batch norm takes its statistics over the batch of all ranks:
     every one under ``transpile(..., sync_batch_norm=True)``, Paddle's own sync_batch_norm when
     there are several ranks (in one process it is batch_norm)."""
-    session = ctx.session
-    return bool(getattr(session, "sync_batch_norm", False)
-                or ("sync_batch_norm" in ctx.op_type and getattr(session, "nranks", 1) > 1))
+    return ctx.session.sync_batch_norm or ("sync_batch_norm" in ctx.op_type and ctx.session.nranks > 1)
 
 
 def _batch_norm_grad_over_ranks(ctx, x, scale, mean, inv_std, delta, attrs):
