@@ -10,16 +10,18 @@ def unsupported_ops(program) -> list[dict]:
     return find_unsupported(decode(program))
 
 
-def convert(program, fetch_list=None, name: str | None = None) -> Function:
+def convert(program, fetch_list=None, name: str | None = None, sync_batch_norm: bool = False) -> Function:
     """Converts a whole Paddle program (legacy, PIR, or a saved file) into a ``Function``.
 
     Results: the variables fetched by the program's fetch ops if it has any
     (saved inference programs), else the outputs of its forward sinks (loss,
     metrics, predictions); plus every persistable variable the program updates.
     ``fetch_list`` (Variables, PIR Values or names) chooses the fetched results instead.
+    ``sync_batch_norm``: training-mode batch norms take their statistics over the batch of all
+    ranks (an AllReduce of per-channel sums, as ``transpile(..., sync_batch_norm=True)`` builds).
     """
     view = decode(program)
-    session = ConversionSession(view)
+    session = ConversionSession(view, sync_batch_norm=sync_batch_norm)
     ops = [op for op in view.ops if op.block == 0]
     session.convert_ops(ops)
     if fetch_list is not None:

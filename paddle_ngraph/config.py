@@ -155,6 +155,14 @@ class Config:
         doc="Ops the engine lacks (and control flow: cond, while_loop) stay Paddle ops between the engine's\n"
             "segments, reading and writing the same variables; each gradient is still averaged across ranks\n"
             "exactly once before its update (true or false). false refuses such a program, listing the ops.")
+    sync_batch_norm: bool = option(
+        False,
+        summary="with several ranks, every training-mode batch norm takes its mean and variance over the batch of "
+                "all ranks (see \"Batch norm over all ranks (sync_batch_norm)\"); Paddle's own `sync_batch_norm` ops always do",
+        doc="With several ranks, every training-mode batch norm takes its mean and variance over the batch of\n"
+            "all ranks, as Paddle's sync_batch_norm defines them (per-channel sums AllReduced in the forward and\n"
+            "the backward pass), so N ranks with batch B equal one process with batch N x B, running statistics\n"
+            "included (true or false). Paddle's own sync_batch_norm ops are converted so in any case.")
     log_level: str = option(
         "WARNING", choices=LOG_LEVELS, case="upper",
         summary="of the `paddle_ngraph` logger",

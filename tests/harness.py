@@ -56,8 +56,9 @@ def run_function(function, feeds: dict, backend: str | None = None, transport=No
 
 
 def check_against_paddle(build, feeds: dict, *, ir: str, grads: bool = True, rtol: float = 1e-5,
-                         atol: float = 1e-6, backend: str | None = None, seed: int = 0):
-    """Returns (reference, ours) lists after asserting they match."""
+                         atol: float = 1e-6, backend: str | None = None, seed: int = 0, sync_batch_norm: bool = False):
+    """Returns (reference, ours) lists after asserting they match. ``sync_batch_norm`` converts
+    with batch-norm statistics over all ranks (one here: the same values)."""
     rng = np.random.default_rng(seed)
     with ir_guard(ir):
         main, startup = paddle.static.Program(), paddle.static.Program()
@@ -88,7 +89,7 @@ def check_against_paddle(build, feeds: dict, *, ir: str, grads: bool = True, rto
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         reference = exe.run(main, feed=feeds, fetch_list=fetch)
-        function = paddle_ngraph.convert(main, fetch_list=fetch)
+        function = paddle_ngraph.convert(main, fetch_list=fetch, sync_batch_norm=sync_batch_norm)
         results = run_function(function, feeds, backend)
         ours = [results[k] for k in function.results if k.startswith("fetch:")]
         # Same handle fetched twice collapses to one result; expand back by name.
@@ -154,3 +155,18 @@ def assert_trained_close(got, ref, optimizer: str, name: str, lr: float, norm_to
         return
     atol = lr if optimizer == "adam" else norm_tol * float(np.max(np.abs(ref), initial=0.0))
     np.testing.assert_allclose(got, ref, rtol=norm_tol, atol=atol, err_msg=name)
+
+
+def sync_batch_norm_program(main, ir: str = "legacy"):
+    """The legacy training program ``main`` with its batch_norm/batch_norm_grad ops made Paddle's
+    sync_batch_norm/sync_batch_norm_grad: what ``SyncBatchNorm.convert_sync_batchnorm`` layers emit
+    on a GPU build. The CPU wheel cannot build them (legacy: "Operator sync_batch_norm has not been
+    registered"; PIR: no kernel, so ``_C_ops.sync_batch_norm_`` refuses every dtype), but they share
+    batch_norm's slots and attributes. ``ir="pir"``: Paddle's own translation of that program to PIR
+    (pd_op.sync_batch_norm_, pd_op.sync_batch_norm_grad)."""
+    for op in main.global_block().ops:
+        if op.type in ("batch_norm", "batch_norm_grad"):
+            op.desc.set_type("sync_" + op.type)
+    if ir == "pir":
+        return paddle.pir.translate_to_pir(main.desc)
+    return main

@@ -199,6 +199,9 @@ OP_TABLE = {
     "pool2d_grad": pool.pool2d_grad, "pd_op.pool2d_grad": pool.pool2d_grad,
     "batch_norm": norm.batch_norm, "pd_op.batch_norm": norm.batch_norm, "pd_op.batch_norm_": norm.batch_norm,
     "batch_norm_grad": norm.batch_norm_grad, "pd_op.batch_norm_grad": norm.batch_norm_grad,
+    # Paddle's own (SyncBatchNorm.convert_sync_batchnorm): batch_norm over the batch of all ranks.
+    "sync_batch_norm": norm.batch_norm, "pd_op.sync_batch_norm_": norm.batch_norm,
+    "sync_batch_norm_grad": norm.batch_norm_grad, "pd_op.sync_batch_norm_grad": norm.batch_norm_grad,
     "layer_norm": norm.layer_norm, "pd_op.layer_norm": norm.layer_norm,
     "layer_norm_grad": norm.layer_norm_grad, "pd_op.layer_norm_grad": norm.layer_norm_grad,
     "lrn": norm.lrn, "lrn_grad": norm.lrn_grad,

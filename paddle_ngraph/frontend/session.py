@@ -33,8 +33,14 @@ def find_unsupported(view: ProgramView, ops=None) -> list[dict]:
 
 
 class ConversionSession:
-    def __init__(self, view: ProgramView):
+    """``sync_batch_norm``: every training-mode batch norm takes its statistics over the batch of
+    all ranks (converters/norm.py); ``nranks``: the ranks the function will run on (Paddle's own
+    sync_batch_norm does so when there are several)."""
+
+    def __init__(self, view: ProgramView, sync_batch_norm: bool = False, nranks: int = 1):
         self.view = view
+        self.sync_batch_norm = bool(sync_batch_norm)
+        self.nranks = int(nranks)
         self.env: dict[str, Output] = {}
         self.parameters: list[Parameter] = []
         self.initial: dict[str, Parameter] = {}

@@ -4,6 +4,8 @@ The order overlaps communication with computation: each collective starts as soo
 as its inputs exist (its bucket is complete), nodes that need no collective result
 run next (the rest of the backward pass), and the nodes that read a collective's
 outputs (the updates) come last, each bucket's Wait just before its first reader.
+Statistics collectives (sync_batch_norm's sums) are waited for by the next node of
+the pass that made them; what follows them is not held back.
 
 Storage: a Reshape's output is a view of its input (no copy). An AllReduce or
 Broadcast gets one contiguous region holding all its outputs, so a bucket travels
@@ -25,7 +27,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from ..ir import Function
-from ..ir.ops.collective import COLLECTIVE_OPS
+from ..ir.ops.collective import COLLECTIVE_OPS, is_statistics
 from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
@@ -127,9 +129,13 @@ class Liveness(FunctionPass):
     def _schedule(function: Function, after: dict[int, set[int]]) -> list[Step]:
         nodes = [n for n in function.ordered_nodes() if not isinstance(n, (Parameter, Constant))]
         position = {n.id: k for k, n in enumerate(nodes)}
+        # Nodes that need a gradient bucket's result (the updates). A statistics collective
+        # (sync_batch_norm's sums) does not count: the rest of the forward and backward passes
+        # depend on it, and holding them back would hold back the gradient buckets too.
         after_collective: set[int] = set()
         for n in nodes:
-            if any(i.node.op_type in COLLECTIVE_OPS or i.node.id in after_collective for i in n.inputs):
+            if any((i.node.op_type in COLLECTIVE_OPS and not is_statistics(i.node)) or i.node.id in after_collective
+                   for i in n.inputs):
                 after_collective.add(n.id)
 
         # List scheduling: a collective as soon as it is ready, then the nodes that need no

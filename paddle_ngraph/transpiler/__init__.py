@@ -106,7 +106,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
-                                                      "compress", "accumulate_steps", "timeout_s")}
+                                                      "compress", "accumulate_steps", "timeout_s",
+                                                      "sync_batch_norm")}
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
@@ -166,7 +167,8 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     """Converts one segment, runs the collective passes on it, compiles it and registers its engine."""
     from ..distributed import initial_sync
 
-    session = ConversionSession(view)
+    session = ConversionSession(view, sync_batch_norm=settings["sync_batch_norm"] and transport.size > 1,
+                                nranks=transport.size)
     # Values an earlier segment's converters did not make (an input its reader's converter
     # ignores, such as batch_norm_grad's reserve_space) are not handed over.
     unmade = settings.setdefault("unmade", set())

@@ -1,4 +1,5 @@
-// Kernels of the normalization ops: Softmax, BatchNorm*, LayerNorm, LRN and their backprops.
+// Kernels of the normalization ops: Softmax, BatchNorm* (sync_batch_norm's *Sums too), LayerNorm, LRN and
+// their backprops.
 //
 // The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/{basic,nn}.py) is the
 // specification: every elementwise step is done in the data's dtype, in the interpreter's
@@ -472,6 +473,191 @@ using BatchNormTrainingBackpropKernel = BatchNormBackpropKernel<T, true>;
 template <class T>
 using BatchNormInferenceBackpropKernel = BatchNormBackpropKernel<T, false>;
 
+// --- batch normalization over several ranks (sync_batch_norm) ---------------------------------------
+// Sums are double [3, C]: rows sum, sum of squares (or products), element count. Products are
+// formed in T, as the single-rank kernels form them, and accumulated in double; between the two
+// nodes an AllReduce(sum) makes them the whole batch's (ir/ops/nn_extra.py).
+
+// Input x; output sums: sum(x), sum(x * x), count per channel.
+template <class T>
+class BatchNormSumsKernel : public Kernel {
+ public:
+  explicit BatchNormSumsKernel(const NodeInfo& node) {
+    check_arity(node, 1, 1);
+    L_ = batch_norm_layout(node, {});
+    check_count(node.outputs[0], DType::Float64, 3 * L_.C, "output sums");
+    partial_.resize(L_.chunks * L_.C * 2);
+    sums_.resize(L_.C * 2);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    double* sums = out[0].as<double>();
+    const int64_t C = L_.C;
+    channel_sums<2>(L_, partial_.data(), sums_.data(), [x](int64_t i, int64_t, double& a0, double& a1) {
+      a0 += x[i];
+      a1 += x[i] * x[i];
+    });
+    for (int64_t c = 0; c < C; ++c) {
+      sums[c] = sums_[2 * c];
+      sums[C + c] = sums_[2 * c + 1];
+      sums[2 * C + c] = static_cast<double>(L_.count());
+    }
+  }
+
+ private:
+  ChannelLayout L_;
+  std::vector<double> partial_, sums_;
+};
+
+// Inputs (x, scale, bias, running_mean, running_variance, sums); the outputs of BatchNormTraining,
+// with mean = sum / n and the biased variance sum_sq / n - mean^2, in double, rounded to T once.
+template <class T>
+class BatchNormTrainingFromSumsKernel : public Kernel {
+ public:
+  explicit BatchNormTrainingFromSumsKernel(const NodeInfo& node) {
+    check_arity(node, 6, 5);
+    L_ = batch_norm_layout(node, {1, 2, 3, 4});
+    const TensorDesc& x = node.inputs[0];
+    check_count(node.inputs[5], DType::Float64, 3 * L_.C, "input sums");
+    check_like(node.outputs[0], x, "output y");
+    for (int i = 1; i < 5; ++i) check_count(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
+    new_scale_.resize(L_.C);
+    new_bias_.resize(L_.C);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* bias = in[2].as<T>();
+    const T* running_mean = in[3].as<T>();
+    const T* running_var = in[4].as<T>();
+    const double* sums = in[5].as<double>();
+    T* y = out[0].as<T>();
+    T* mean_out = out[1].as<T>();
+    T* var_out = out[2].as<T>();
+    T* saved_mean = out[3].as<T>();
+    T* saved_inv_std = out[4].as<T>();
+    const int64_t C = L_.C;
+    const T keep = momentum_, take = T(1) - momentum_;
+    for (int64_t c = 0; c < C; ++c) {
+      const double n = sums[2 * C + c];
+      const double m = sums[c] / n;
+      const T mean = static_cast<T>(m);
+      const T variance = static_cast<T>(std::max(sums[C + c] / n - m * m, 0.0));
+      const T inv = inv_std(variance, epsilon_);
+      mean_out[c] = running_mean[c] * keep + mean * take;
+      var_out[c] = running_var[c] * keep + variance * take;
+      saved_mean[c] = mean;
+      saved_inv_std[c] = inv;
+      new_scale_[c] = inv * scale[c];
+      new_bias_[c] = bias[c] - mean * inv * scale[c];
+    }
+    const T* ns = new_scale_.data();
+    const T* nb = new_bias_.data();
+    channel_map(L_, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+  }
+
+ private:
+  ChannelLayout L_;
+  T epsilon_, momentum_;
+  std::vector<T> new_scale_, new_bias_;
+};
+
+// Inputs (x, saved_mean, saved_inv_std, delta); outputs (sums, dscale, dbias): sums holds
+// sum(delta), sum(delta * x_hat) and the count; dscale and dbias are its first rows in T.
+template <class T>
+class BatchNormBackpropSumsKernel : public Kernel {
+ public:
+  explicit BatchNormBackpropSumsKernel(const NodeInfo& node) {
+    check_arity(node, 4, 3);
+    L_ = batch_norm_layout(node, {1, 2});
+    const TensorDesc& x = node.inputs[0];
+    check_like(node.inputs[3], x, "delta");
+    check_count(node.outputs[0], DType::Float64, 3 * L_.C, "output sums");
+    check_count(node.outputs[1], x.dtype, L_.C, "output dscale");
+    check_count(node.outputs[2], x.dtype, L_.C, "output dbias");
+    partial_.resize(L_.chunks * L_.C * 2);
+    sums_.resize(L_.C * 2);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* mean = in[1].as<T>();
+    const T* inv = in[2].as<T>();
+    const T* delta = in[3].as<T>();
+    double* sums = out[0].as<double>();
+    T* dscale = out[1].as<T>();
+    T* dbias = out[2].as<T>();
+    const int64_t C = L_.C;
+    channel_sums<2>(L_, partial_.data(), sums_.data(), [x, mean, inv, delta](int64_t i, int64_t c, double& a0, double& a1) {
+      const T x_hat = (x[i] - mean[c]) * inv[c];
+      a0 += delta[i];
+      a1 += delta[i] * x_hat;
+    });
+    for (int64_t c = 0; c < C; ++c) {
+      sums[c] = sums_[2 * c];
+      sums[C + c] = sums_[2 * c + 1];
+      sums[2 * C + c] = static_cast<double>(L_.count());
+      dbias[c] = static_cast<T>(sums_[2 * c]);
+      dscale[c] = static_cast<T>(sums_[2 * c + 1]);
+    }
+  }
+
+ private:
+  ChannelLayout L_;
+  std::vector<double> partial_, sums_;
+};
+
+// Inputs (x, scale, saved_mean, saved_inv_std, delta, sums); output dx: the training backprop's
+// formula with the whole batch's sum(delta), sum(delta * x_hat) and count, each rounded to T.
+template <class T>
+class BatchNormTrainingBackpropFromSumsKernel : public Kernel {
+ public:
+  explicit BatchNormTrainingBackpropFromSumsKernel(const NodeInfo& node) {
+    check_arity(node, 6, 1);
+    L_ = batch_norm_layout(node, {1, 2, 3});
+    const TensorDesc& x = node.inputs[0];
+    check_like(node.inputs[4], x, "delta");
+    check_count(node.inputs[5], DType::Float64, 3 * L_.C, "input sums");
+    check_like(node.outputs[0], x, "output dx");
+    coeff_.resize(L_.C);
+    dbias_.resize(L_.C);
+    dscale_.resize(L_.C);
+    count_.resize(L_.C);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const T* x = in[0].as<T>();
+    const T* scale = in[1].as<T>();
+    const T* mean = in[2].as<T>();
+    const T* inv = in[3].as<T>();
+    const T* delta = in[4].as<T>();
+    const double* sums = in[5].as<double>();
+    T* dx = out[0].as<T>();
+    const int64_t C = L_.C;
+    for (int64_t c = 0; c < C; ++c) {
+      dbias_[c] = static_cast<T>(sums[c]);
+      dscale_[c] = static_cast<T>(sums[C + c]);
+      count_[c] = static_cast<T>(sums[2 * C + c]);
+      coeff_[c] = scale[c] * inv[c] / count_[c];
+    }
+    const T* coeff = coeff_.data();
+    const T* db = dbias_.data();
+    const T* ds = dscale_.data();
+    const T* count = count_.data();
+    channel_map(L_, [=](int64_t i, int64_t c) {
+      dx[i] = coeff[c] * (delta[i] * count[c] - db[c] - (x[i] - mean[c]) * inv[c] * ds[c]);
+    });
+  }
+
+ private:
+  ChannelLayout L_;
+  std::vector<T> coeff_, dbias_, dscale_, count_;
+};
+
 // --- layer normalization ----------------------------------------------------------------------------
 // x as [rows, width]: normalized over dims [begin_norm_axis, rank).
 struct RowLayout {
@@ -744,6 +930,10 @@ PDNG_REGISTER_KERNEL("BatchNormTraining", float_factory<BatchNormTrainingKernel>
 PDNG_REGISTER_KERNEL("BatchNormInference", float_factory<BatchNormInferenceKernel>(0));
 PDNG_REGISTER_KERNEL("BatchNormTrainingBackprop", float_factory<BatchNormTrainingBackpropKernel>(0));
 PDNG_REGISTER_KERNEL("BatchNormInferenceBackprop", float_factory<BatchNormInferenceBackpropKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormSums", float_factory<BatchNormSumsKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormTrainingFromSums", float_factory<BatchNormTrainingFromSumsKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormBackpropSums", float_factory<BatchNormBackpropSumsKernel>(0));
+PDNG_REGISTER_KERNEL("BatchNormTrainingBackpropFromSums", float_factory<BatchNormTrainingBackpropFromSumsKernel>(0));
 PDNG_REGISTER_KERNEL("LayerNorm", float_factory<LayerNormKernel>(0));
 PDNG_REGISTER_KERNEL("LayerNormBackprop", float_factory<LayerNormBackpropKernel>(0));
 PDNG_REGISTER_KERNEL("LRN", float_factory<LRNKernel>(0));

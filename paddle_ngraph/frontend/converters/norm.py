@@ -1,9 +1,10 @@
-"""batch_norm, layer_norm and lrn (legacy; PIR batch_norm_ and layer_norm), with their grads."""
+"""batch_norm (and sync_batch_norm), layer_norm and lrn (legacy; PIR batch_norm_ and layer_norm), with their grads."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir import Output, ops
+from ...ir.ops.collective import STATISTICS_BUCKET
 from .helpers import constant
 
 
@@ -36,7 +37,14 @@ def batch_norm(ctx):
         ctx.set_output(("MeanOut", "mean_out"), mean)
         ctx.set_output(("VarianceOut", "variance_out"), variance)
         return
-    node = ops.BatchNormTraining(x, scale, bias, mean, variance, momentum=float(ctx.attr("momentum", default=0.9)), **attrs)
+    momentum = float(ctx.attr("momentum", default=0.9))
+    if _over_ranks(ctx):
+        sums = ops.BatchNormSums(x, **attrs).output()
+        sums = ops.AllReduce(sums, reduction="sum", bucket=f"{STATISTICS_BUCKET}{ctx.output_name('Y', 'out')}",
+                             name=f"allreduce_bn_sums_{ctx.output_name('Y', 'out')}").output(0)
+        node = ops.BatchNormTrainingFromSums(x, scale, bias, mean, variance, sums, momentum=momentum, **attrs)
+    else:
+        node = ops.BatchNormTraining(x, scale, bias, mean, variance, momentum=momentum, **attrs)
     for i, slot in enumerate([("Y", "out"), ("MeanOut", "mean_out"), ("VarianceOut", "variance_out"),
                               ("SavedMean", "saved_mean"), ("SavedVariance", "saved_variance")]):
         ctx.set_output(slot, node.output(i))  # SavedVariance holds 1/sqrt(var + eps), as in Paddle
@@ -50,8 +58,34 @@ def batch_norm_grad(ctx):
         node = ops.BatchNormInferenceBackprop(x, scale, mean, variance, delta, **attrs)
     else:
         mean, inv_std = ctx.input("SavedMean", "saved_mean"), ctx.input("SavedVariance", "saved_variance")
+        if _over_ranks(ctx):
+            _batch_norm_grad_over_ranks(ctx, x, scale, mean, inv_std, delta, attrs)
+            return
         node = ops.BatchNormTrainingBackprop(x, scale, mean, inv_std, delta, **attrs)
     _set_norm_grads(ctx, node)
+
+
+def _over_ranks(ctx) -> bool:
+    """Whether this training-mode batch norm takes its statistics over the batch of all ranks:
+    every one under ``transpile(..., sync_batch_norm=True)``, Paddle's own sync_batch_norm when
+    there are several ranks (in one process it is batch_norm)."""
+    return ctx.session.sync_batch_norm or ("sync_batch_norm" in ctx.op_type and ctx.session.nranks > 1)
+
+
+def _batch_norm_grad_over_ranks(ctx, x, scale, mean, inv_std, delta, attrs):
+    """dx from the sums of the whole batch (an AllReduce of each rank's); dscale and dbias are this
+    rank's own sums, as in Paddle's sync_batch_norm_grad: the gradient AllReduce averages them like
+    any parameter gradient, which with a mean loss is what one process on the whole batch gets."""
+    local = ops.BatchNormBackpropSums(x, mean, inv_std, delta, **attrs)
+    if ctx.has_output("X@GRAD", "x_grad"):
+        name = ctx.output_name("X@GRAD", "x_grad")
+        sums = ops.AllReduce(local.output(0), reduction="sum", bucket=f"{STATISTICS_BUCKET}{name}",
+                             name=f"allreduce_bn_grad_sums_{name}").output(0)
+        dx = ops.BatchNormTrainingBackpropFromSums(x, scale, mean, inv_std, delta, sums, **attrs).output()
+        ctx.set_output(("X@GRAD", "x_grad"), dx)
+    for i, slot in ((1, ("Scale@GRAD", "scale_grad")), (2, ("Bias@GRAD", "bias_grad"))):
+        if ctx.has_output(*slot):
+            ctx.set_output(slot, local.output(i))
 
 
 def _set_norm_grads(ctx, node):

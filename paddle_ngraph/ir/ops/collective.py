@@ -10,13 +10,21 @@ from ..node import Node, register_op
 from ..types import DType, TensorType
 
 __all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COMPRESSIONS",
-           "COLLECTIVE_OPS"]
+           "COLLECTIVE_OPS", "STATISTICS_BUCKET", "is_statistics"]
 
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 # Wire formats of a compressed AllReduce (distributed/compress.py): "none" sends float32 as is.
 COMPRESSIONS = ("none", "bf16", "fp16")
 # Every op type of this module: the ops that communicate.
 COLLECTIVE_OPS = frozenset({"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"})
+# Bucket label prefix of the collectives that the step's own computation waits for (the batch-norm
+# sums of sync_batch_norm, in the forward and the backward pass), as opposed to gradient buckets,
+# which only the optimizer updates read: the scheduler must not hold back what follows them.
+STATISTICS_BUCKET = "statistics:"
+
+
+def is_statistics(node) -> bool:
+    return node.op_type in COLLECTIVE_OPS and str(node.attrs.get("bucket", "")).startswith(STATISTICS_BUCKET)
 
 
 class Collective(Node):

@@ -15,6 +15,7 @@ __all__ = [
     "Convolution", "ConvolutionBackpropData", "ConvolutionBackpropFilter",
     "MaxPool", "AvgPool", "MaxPoolBackprop", "AvgPoolBackprop",
     "BatchNormTraining", "BatchNormInference", "BatchNormTrainingBackprop", "BatchNormInferenceBackprop",
+    "BatchNormSums", "BatchNormTrainingFromSums", "BatchNormBackpropSums", "BatchNormTrainingBackpropFromSums",
     "LayerNorm", "LayerNormBackprop", "LRN", "LRNBackprop", "DropoutMask",
     "EmbeddingLookup", "EmbeddingLookupBackprop", "CrossEntropy", "CrossEntropyBackprop",
 ]
@@ -250,6 +251,89 @@ class BatchNormInferenceBackprop(_BatchNormBackprop):
     """Inputs (x, scale, mean, variance, delta): the statistics are constants (use_global_stats)."""
 
     op_type = "BatchNormInferenceBackprop"
+
+
+# --- batch normalization over several ranks (sync_batch_norm) ------------------------------------
+# The training-mode batch norm split where the ranks must agree: each rank sums its part of the
+# batch per channel, an AllReduce(sum) of the sums (a converter puts it between the two nodes) gives
+# the global batch's, and the second node normalizes with them. Sums travel as float64, with the
+# element count as third row: Paddle's sync_batch_norm allreduces [sum(x), sum(x^2), count] the same
+# way; in float64 var = sum(x^2)/n - mean^2 loses nothing a float32 two-pass variance keeps.
+SUMS_DTYPE = DType.float64
+
+
+def _sums_type(channels: int) -> TensorType:
+    return TensorType(SUMS_DTYPE, [3, channels])
+
+
+def _check_sums(node: Node, sums: TensorType, channels: int):
+    node.check(sums.dtype == SUMS_DTYPE and sums.rank == 2 and dims_compatible(sums.shape[0], 3)
+               and dims_compatible(sums.shape[1], channels),
+               f"sums {sums} must be float64[3, {channels}] (the rows sum, sum of squares or products, count)")
+
+
+@register_op
+class BatchNormSums(_BatchNormBase):
+    """Input x; output float64 [3, C]: per channel sum(x), sum(x * x) and the element count."""
+
+    op_type = "BatchNormSums"
+    num_inputs = 1
+
+    def infer(self):
+        x = self.input_type(0)
+        return [_sums_type(self.check_channels(x))]
+
+
+@register_op
+class BatchNormTrainingFromSums(_BatchNormBase):
+    """Inputs (x, scale, bias, running_mean, running_variance, sums): BatchNormTraining with the
+    batch statistics of ``sums`` (BatchNormSums of the whole batch, all ranks summed):
+    mean = sum / n, variance = sum_sq / n - mean^2 (biased, as Paddle's running variance),
+    computed in float64 and rounded once. Same outputs as BatchNormTraining."""
+
+    op_type = "BatchNormTrainingFromSums"
+    attributes = {**_BatchNormBase.attributes, "momentum": 0.9}
+    num_inputs = 6
+
+    def infer(self):
+        x, scale, bias, mean, variance, sums = (self.input_type(i) for i in range(6))
+        _check_sums(self, sums, self.check_channels(x, scale, bias, mean, variance))
+        return [x, mean, variance, mean, variance]
+
+
+@register_op
+class BatchNormBackpropSums(_BatchNormBase):
+    """Inputs (x, saved_mean, saved_inv_std, delta); outputs (sums, dscale, dbias): sums is float64
+    [3, C] with per channel sum(delta), sum(delta * x_hat) and the element count; dscale and dbias
+    are the first two rows rounded to the data type: this rank's parameter gradients, which the
+    gradient AllReduce averages as any other."""
+
+    op_type = "BatchNormBackpropSums"
+    num_inputs = 4
+
+    def infer(self):
+        x, mean, inv_std, delta = (self.input_type(i) for i in range(4))
+        channels = self.check_channels(x, mean, inv_std)
+        self.check(delta.dtype == x.dtype and delta.rank == x.rank
+                   and all(dims_compatible(a, b) for a, b in zip(delta.shape, x.shape)), f"delta {delta} does not match x {x}")
+        return [_sums_type(channels), mean, mean]
+
+
+@register_op
+class BatchNormTrainingBackpropFromSums(_BatchNormBase):
+    """Inputs (x, scale, saved_mean, saved_inv_std, delta, sums); output dx, with the sums of the
+    whole batch (BatchNormBackpropSums, all ranks summed):
+    dx = scale * inv_std / n * (delta * n - sum(delta) - x_hat * sum(delta * x_hat))."""
+
+    op_type = "BatchNormTrainingBackpropFromSums"
+    num_inputs = 6
+
+    def infer(self):
+        x, scale, mean, inv_std, delta, sums = (self.input_type(i) for i in range(6))
+        _check_sums(self, sums, self.check_channels(x, scale, mean, inv_std))
+        self.check(delta.dtype == x.dtype and delta.rank == x.rank
+                   and all(dims_compatible(a, b) for a, b in zip(delta.shape, x.shape)), f"delta {delta} does not match x {x}")
+        return [x]
 
 
 # --- layer normalization -------------------------------------------------------------------------

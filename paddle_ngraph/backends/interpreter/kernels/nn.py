@@ -264,6 +264,65 @@ def _batch_norm_inference_bp(node, args, transport):
     return [dx.astype(x.dtype), dscale.astype(scale.dtype), dbias.astype(scale.dtype)]
 
 
+# --- batch normalization over several ranks -----------------------------------------------------------
+# The sums are float64 (ir/ops/nn_extra.py): products are formed in the data type, as the single-rank
+# kernels form them, and accumulated in float64; the statistics are rounded to the data type once.
+@kernel("BatchNormSums")
+def _batch_norm_sums(node, args, transport):
+    x = args[0]
+    axes, shape, count = _per_channel(node, x)
+    wide = x.astype(np.float64)
+    return [np.stack([wide.sum(axis=axes), (x * x).astype(np.float64).sum(axis=axes),
+                      np.full(x.shape[int(node.attrs["channel_axis"])], float(count))])]
+
+
+def _statistics_from_sums(sums, dtype):
+    """(mean, biased variance) in ``dtype`` from float64 [sum, sum of squares, count]."""
+    count = sums[2]
+    mean = sums[0] / count
+    variance = np.maximum(sums[1] / count - mean * mean, 0.0)  # rounding can make it -0.0
+    return mean.astype(dtype), variance.astype(dtype)
+
+
+@kernel("BatchNormTrainingFromSums")
+def _batch_norm_training_from_sums(node, args, transport):
+    x, scale, bias, running_mean, running_var, sums = args
+    _, shape, _ = _per_channel(node, x)
+    t = x.dtype.type
+    mean, variance = _statistics_from_sums(sums, x.dtype)
+    inv_std = _inv_std(variance, node.attrs["epsilon"])
+    momentum = t(node.attrs["momentum"])
+    mean_out = running_mean * momentum + mean * (t(1) - momentum)
+    var_out = running_var * momentum + variance * (t(1) - momentum)
+    y = _normalize(x, scale, bias, mean, inv_std, shape)
+    stats = running_mean.dtype
+    return [y, mean_out.astype(stats), var_out.astype(stats), mean.astype(stats), inv_std.astype(stats)]
+
+
+@kernel("BatchNormBackpropSums")
+def _batch_norm_backprop_sums(node, args, transport):
+    x, mean, inv_std, delta = args
+    axes, shape, count = _per_channel(node, x)
+    x_hat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+    sums = np.stack([delta.astype(np.float64).sum(axis=axes), (delta * x_hat).astype(np.float64).sum(axis=axes),
+                     np.full(mean.shape[0], float(count))])
+    return [sums, sums[1].astype(mean.dtype), sums[0].astype(mean.dtype)]
+
+
+@kernel("BatchNormTrainingBackpropFromSums")
+def _batch_norm_training_bp_from_sums(node, args, transport):
+    x, scale, mean, inv_std, delta, sums = args
+    _, shape, _ = _per_channel(node, x)
+    t = x.dtype.type
+    dbias, dscale, count = (row.astype(x.dtype) for row in sums)
+    # The single-rank backprop's formula and order of operations, with the whole batch's sums.
+    coeff = (scale * inv_std / count).reshape(shape)
+    centered = x - mean.reshape(shape)
+    dx = coeff * (delta * count.reshape(shape) - dbias.reshape(shape)
+                  - centered * inv_std.reshape(shape) * dscale.reshape(shape))
+    return [dx.astype(x.dtype)]
+
+
 # --- layer normalization ------------------------------------------------------------------------------
 def _rows(node, x):
     """x as (rows, normalized elements) and the shape of the statistics."""
