@@ -199,6 +199,9 @@ class LayerEngine:
         self.function = None
         register_engine(self)
 
+    def rank_prefix(self) -> str:
+        return f"rank {self.transport.rank}: " if self.transport.size > 1 else ""
+
     # --- the Layer's tensors -----------------------------------------------------------------
     def named_tensors(self) -> dict:
         """Parameters and buffers by their dygraph names (what the captured programs call them)."""
@@ -268,8 +271,10 @@ class LayerEngine:
             if not self.config.get("fallback", True):
                 raise
             self.refused[key] = str(e)
-            log.warning("paddle_ngraph: %s; this Layer runs eagerly in Paddle for inputs %s", e,
-                        [list(shape) for _, _, shapes in [key] for shape, _, _ in shapes])
+            if str(e) in self.refused.values() and list(self.refused.values()).count(str(e)) > 1:
+                return None  # said once per Layer and reason
+            log.warning("%s%s; it runs eagerly in Paddle (inputs %s)", self.rank_prefix(), e,
+                        [list(shape) for shape, _, _ in key[2]])
             return None
         self.compiled[key] = compiled
         self.function = cap.forward
@@ -279,7 +284,7 @@ class LayerEngine:
         """Runs the Layer in Paddle; with several ranks, its gradients are averaged after backward."""
         if reason and ("eager", reason) not in self.refused:
             self.refused[("eager", reason)] = reason
-            log.warning("paddle_ngraph: Layer %s runs eagerly in Paddle: %s", type(self.layer).__name__, reason)
+            log.warning("%sLayer %s runs eagerly in Paddle: %s", self.rank_prefix(), type(self.layer).__name__, reason)
         self.eager_steps += 1
         if self.transport.size > 1 and self.sync_gradients:
             self._arm_eager_allreduce()

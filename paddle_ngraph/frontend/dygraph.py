@@ -24,6 +24,8 @@ caller runs it eagerly.
 """
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError, UnsupportedOpsError
@@ -113,6 +115,30 @@ class _Holder:
 
 
 _HOLDERS: dict[tuple, _Holder] = {}
+# Calls that take a value out of the graph into Python. The translator often turns them into graph
+# ops again, but what Python then does with the value (keep it, print it, index a list with it)
+# would be frozen at capture time: such a Layer runs eagerly.
+_LEAVES_GRAPH = re.compile(r"\.(numpy|item|tolist)\s*\(")
+
+
+def values_leaving_graph(layer) -> list[str]:
+    """``Class.forward calls .numpy()`` for the user-defined Layers (Paddle's own are known to be
+    clean) whose forward source takes tensor values into Python."""
+    found = []
+    seen = set()
+    for sub in [layer, *layer.sublayers()]:
+        cls = type(sub)
+        if cls in seen or cls.__module__.startswith("paddle."):
+            continue
+        seen.add(cls)
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        calls = sorted(set(_LEAVES_GRAPH.findall(source)))
+        if calls:
+            found.append(f"{cls.__name__}.forward calls {', '.join('.' + c + '()' for c in calls)}")
+    return found
 
 
 def layer_name(layer) -> str:
@@ -129,6 +155,10 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         holder = _HOLDERS[key] = _Holder(layer, len(args))
     holder.layer.training = training
     name = layer_name(layer)
+    leaving = values_leaving_graph(layer)
+    if leaving:
+        raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
+                           f"captured program would freeze at its first call)")
     try:
         concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=training)
         if with_grad:
