@@ -149,7 +149,9 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     """Captures ``layer(*args)``; ``with_grad``: the backward too (else forward only)."""
     import paddle
 
-    key = (id(layer), len(args))
+    # One holder per mode: the translator's program cache is keyed by the inputs only, and a program
+    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says.
+    key = (id(layer), len(args), training)
     holder = _HOLDERS.get(key)
     if holder is None or holder.layer.inner is not layer:
         holder = _HOLDERS[key] = _Holder(layer, len(args))
@@ -160,7 +162,9 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
                            f"captured program would freeze at its first call)")
     try:
-        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=training)
+        # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
+        # follows the Layers' own ``training`` flags, read while tracing.
+        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
         if with_grad:
             runnable = partial.train_program
             program = runnable.program
@@ -183,7 +187,8 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     if unsupported:
         raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
 
-    shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops if op.type == "builtin.shadow_output"}
+    shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops
+              if op.type == "builtin.shadow_output" and op.input_names()}
     data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
     params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]
     flat_outputs = list(partial._outputs.var_list)  # distinct output values, as run_program returns them
