@@ -48,6 +48,15 @@ def engines():
     return _engines()
 
 
+def __getattr__(name):
+    # paddle_ngraph.DataParallel imports Paddle: only when asked for.
+    if name == "DataParallel":
+        from .dygraph import DataParallel
+
+        return DataParallel
+    raise AttributeError(f"module 'paddle_ngraph' has no attribute '{name}'")
+
+
 def release(program) -> int:
     """Frees the engines of a transpiled ``program``; it can no longer run."""
     from .transpiler import release as _release
@@ -55,7 +64,7 @@ def release(program) -> int:
     return _release(program)
 
 
-__all__ = ["Config", "convert", "unsupported_ops", "transpile", "engines", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+__all__ = ["Config", "convert", "unsupported_ops", "transpile", "engines", "DataParallel", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
            "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "PaddleVersionError", "__version__"]

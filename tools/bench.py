@@ -11,6 +11,9 @@ Systems (each on the same model, per-rank batch and random data):
   paddle           Paddle's own static executor, one process (Paddle 3's static collective training
                    does not run on CPU: reported as such for 2+ ranks)
   paddle-dp        paddle.DataParallel (dygraph, gloo) under paddle.distributed.launch
+  ngraph-dygraph   the same dygraph loop on the engine: paddle_ngraph.DataParallel under mpirun (MPI)
+  ngraph-dygraph-fleet  the same with fleet.distributed_model/optimizer and strategy.ngraph under
+                   paddle.distributed.launch (oneCCL), 2+ ranks
   torch-ddp        torch DistributedDataParallel (gloo) under torchrun, where torch is installed
 The peers run the same four models rebuilt in dygraph and in torch (tools/bench_models.py, same
 layers and parameter counts, tested in tests/tools/test_bench_models.py).
@@ -50,7 +53,8 @@ from paddle_ngraph.quiet import quiet_env, quiet_this_process
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
-SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "torch-ddp"]
+SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "ngraph-dygraph", "ngraph-dygraph-fleet",
+           "torch-ddp"]
 
 
 # --- worker: one rank of one configuration ------------------------------------------------------------
@@ -58,7 +62,7 @@ def worker(args) -> dict:
     quiet_this_process()
     import numpy as np
 
-    if args.system in ("paddle-dp",):
+    if args.system in ("paddle-dp", "ngraph-dygraph", "ngraph-dygraph-fleet"):
         return dygraph_worker(args)
     if args.system == "torch-ddp":
         return torch_worker(args)
@@ -145,11 +149,36 @@ def dygraph_worker(args) -> dict:
 
     from bench_models import paddle_loss, paddle_model
 
+    if args.system == "ngraph-dygraph-fleet":
+        import paddle_ngraph  # noqa: F401  (strategy.ngraph)
+        from paddle.distributed import fleet
+
+        strategy = fleet.DistributedStrategy()
+        strategy.ngraph = True
+        strategy.ngraph_configs = {"bucket_mb": args.bucket_mb, "compress": args.compress}
+        fleet.init(is_collective=True, strategy=strategy)
+        model = fleet.distributed_model(paddle_model(args.model))
+        opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.01, parameters=model.parameters()))
+        return dygraph_loop(args, model, opt, dist.get_rank())
+    if args.system == "ngraph-dygraph":
+        import paddle_ngraph  # under mpirun, this sets the ranks Paddle's APIs report
+
+        model = paddle_ngraph.DataParallel(paddle_model(args.model), bucket_mb=args.bucket_mb, compress=args.compress)
+        opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
+        return dygraph_loop(args, model, opt, dist.get_rank())
     dist.init_parallel_env()
     rank = dist.get_rank()
     model = paddle_model(args.model)
     model = paddle.DataParallel(model) if dist.get_world_size() > 1 else model
     opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
+    return dygraph_loop(args, model, opt, rank)
+
+
+def dygraph_loop(args, model, opt, rank) -> dict:
+    import paddle
+
+    from bench_models import paddle_loss
+
     feeds = [[paddle.to_tensor(a) for a in batch] for batch in peer_feeds(args, rank)]
 
     def step(i):
@@ -219,11 +248,11 @@ def venv_bin(name: str) -> str:
 
 def launch_command(system: str, ranks: int, worker_args: list[str], log_dir: str) -> list[str] | None:
     script = [sys.executable, os.path.abspath(__file__), "--worker", *worker_args]
-    if ranks == 1 and system not in ("ngraph-ccl",):
+    if ranks == 1 and system not in ("ngraph-ccl", "ngraph-dygraph-fleet"):
         return script
-    if system in ("ngraph-cpu", "ngraph-interp"):
+    if system in ("ngraph-cpu", "ngraph-interp", "ngraph-dygraph"):
         return [venv_bin("mpirun"), "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), *script]
-    if system in ("ngraph-ccl", "paddle-dp"):
+    if system in ("ngraph-ccl", "paddle-dp", "ngraph-dygraph-fleet"):
         return [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", log_dir,
                 "--nproc_per_node", str(ranks), *script[1:]]
     if system == "torch-ddp":
@@ -237,12 +266,14 @@ def unsupported(system: str, model: str, ranks: int) -> str | None:
                 "'comm_id must be generated in paddlepaddle-xpu', see ../shared/notes/platform.md)")
     if system == "ngraph-ccl" and ranks == 1:
         return "one rank has nothing to communicate (see ngraph-cpu)"
+    if system == "ngraph-dygraph-fleet" and ranks == 1:
+        return "fleet's dygraph path needs a launcher (see ngraph-dygraph for one process)"
     if system == "torch-ddp":
         try:
             import torch  # noqa: F401
         except ImportError:
             return "torch is not installed (pip install torch==2.13.0 to compare)"
-    if system == "ngraph-ccl":
+    if system in ("ngraph-ccl", "ngraph-dygraph-fleet"):
         from paddle_ngraph.distributed.ccl import available
 
         if not available():

@@ -23,6 +23,7 @@ from paddle.framework import in_dynamic_mode
 
 from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
+from . import dygraph
 from .config import Config, apply_log_level, resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
@@ -64,9 +65,6 @@ def check_strategy(strategy) -> None:
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
     """Everything that can be checked before minimize; returns the effective configuration."""
-    if in_dynamic_mode():
-        raise ConfigError("strategy.ngraph is for static-graph training: call paddle.enable_static() before "
-                          "building the program (dynamic-graph fleet training is not supported)")
     if getattr(fleet_obj, "_role_maker", None) is None:
         raise ConfigError("strategy.ngraph: call fleet.init(is_collective=True) before fleet.distributed_optimizer")
     if not fleet_obj._is_collective:
@@ -198,6 +196,8 @@ def _minimize_impl(self, loss, startup_program=None, parameter_list=None, no_gra
 
 
 def _fleet_distributed_optimizer(self, optimizer, strategy=None):
+    if in_dynamic_mode() and getattr(dygraph.strategy_in_effect(self, strategy), "ngraph", False):
+        return dygraph.distributed_optimizer(self, optimizer, strategy)
     result = _ORIGINALS["Fleet.distributed_optimizer"](self, optimizer, strategy)
     chosen = getattr(self, "_user_defined_strategy", None)
     if getattr(chosen, "ngraph", False):
@@ -206,13 +206,26 @@ def _fleet_distributed_optimizer(self, optimizer, strategy=None):
 
 
 def _distributed_optimizer(*args, **kwargs):
-    """``fleet.distributed_optimizer``: refuses ``strategy.ngraph`` in dynamic mode, where Paddle
-    would otherwise take its dygraph path silently."""
+    """``fleet.distributed_optimizer``: with ``strategy.ngraph`` in dynamic mode, the user's
+    optimizer as it is (the engine averages the gradients in backward; fleet/dygraph.py)."""
     if in_dynamic_mode():
+        from paddle.distributed.fleet import fleet as fleet_obj
+
         strategy = kwargs.get("strategy", args[1] if len(args) > 1 else None)
-        if getattr(strategy, "ngraph", False):
-            validate_for_fleet(None, strategy)
+        if getattr(dygraph.strategy_in_effect(fleet_obj, strategy), "ngraph", False):
+            optimizer = kwargs.get("optimizer", args[0] if args else None)
+            return dygraph.distributed_optimizer(fleet_obj, optimizer, strategy)
     return _ORIGINALS["distributed_optimizer"](*args, **kwargs)
+
+
+def _distributed_model(model, *args, **kwargs):
+    """``fleet.distributed_model``: with ``strategy.ngraph`` in dynamic mode, the Layer on the
+    engine (``paddle_ngraph.DataParallel``), else Paddle's."""
+    from paddle.distributed.fleet import fleet as fleet_obj
+
+    if in_dynamic_mode() and getattr(dygraph.strategy_in_effect(fleet_obj), "ngraph", False):
+        return dygraph.distributed_model(fleet_obj, model)
+    return _ORIGINALS["distributed_model"](model, *args, **kwargs)
 
 
 def _collective_env(self):
@@ -230,6 +243,7 @@ def _collective_env(self):
 def install(fleet_module) -> None:
     """Registers NgraphOptimizer where the factory looks and wraps the fleet entry points; idempotent."""
     from paddle.distributed.fleet import meta_optimizers
+    from paddle.distributed.fleet import model as fleet_model
     from paddle.distributed.fleet import optimizer as fleet_optimizer
     from paddle.distributed.fleet.base import meta_optimizer_factory
     from paddle.distributed.fleet.base.role_maker import PaddleCloudRoleMaker
@@ -246,6 +260,9 @@ def install(fleet_module) -> None:
     _ORIGINALS["Fleet.distributed_optimizer"] = Fleet.distributed_optimizer
     _ORIGINALS["distributed_optimizer"] = fleet_optimizer.distributed_optimizer
     _ORIGINALS["_collective_env"] = PaddleCloudRoleMaker._collective_env
+    _ORIGINALS["distributed_model"] = fleet_model.distributed_model
+    fleet_model.distributed_model = _distributed_model
+    fleet_module.distributed_model = _distributed_model
     Fleet._minimize_impl = _minimize_impl
     Fleet.distributed_optimizer = _fleet_distributed_optimizer
     fleet_optimizer.distributed_optimizer = _distributed_optimizer

@@ -66,22 +66,9 @@ class InsertAllReduce(FunctionPass):
 
         # Ready order: the gradient producer's creation order, then the parameter name for ties.
         updates.sort(key=lambda n: (gradient(n).node.id, n.inputs[n.param_input].node.name))
-        buckets: list[list[OptimizerUpdate]] = []
-        size = 0
-        cap = self.bucket_bytes
-        if cap > 0 and self.min_buckets > 1:
-            total = sum(gradient(u).type.nbytes() for u in updates)
-            cap = min(cap, -(-total // self.min_buckets))
-        self.effective_bucket_bytes = cap
-        for update in updates:
-            grad = gradient(update)
-            nbytes = grad.type.nbytes()
-            if (not buckets or cap == 0 or (size > 0 and size + nbytes > cap)
-                    or gradient(buckets[-1][0]).dtype != grad.dtype):
-                buckets.append([])
-                size = 0
-            buckets[-1].append(update)
-            size += nbytes
+        groups, self.effective_bucket_bytes = plan_buckets([gradient(u) for u in updates], self.bucket_bytes,
+                                                           self.min_buckets)
+        buckets = [[updates[k] for k in group] for group in groups]
         replaced = {}
         for i, bucket in enumerate(buckets):
             grads = [gradient(u) for u in bucket]
@@ -101,6 +88,45 @@ class InsertAllReduce(FunctionPass):
                     continue
                 node.inputs = [replaced.get((o.node.id, o.index), o) for o in node.inputs]
         return True
+
+
+def plan_buckets(gradients: list, bucket_bytes: int, min_buckets: int = 1) -> tuple[list[list[int]], int]:
+    """Groups ``gradients`` (IR values, in ready order) into buckets: a new bucket at each dtype
+    change or when ``bucket_bytes`` is reached (0: one per gradient), the size lowered so that
+    there are at least ``min_buckets``. Returns the buckets (indices) and the size used."""
+    cap = bucket_bytes
+    if cap > 0 and min_buckets > 1:
+        total = sum(g.type.nbytes() for g in gradients)
+        cap = min(cap, -(-total // min_buckets))
+    buckets: list[list[int]] = []
+    size = 0
+    for k, grad in enumerate(gradients):
+        nbytes = grad.type.nbytes()
+        if (not buckets or cap == 0 or (size > 0 and size + nbytes > cap)
+                or gradients[buckets[-1][0]].dtype != grad.dtype):
+            buckets.append([])
+            size = 0
+        buckets[-1].append(k)
+        size += nbytes
+    return buckets, cap
+
+
+def average_gradient_results(function: Function, names: list[str], bucket_bytes: int = 32 << 20,
+                             min_buckets: int = 1, reduction: str = "avg", compress: str = "none") -> Function:
+    """The function with its results ``names`` (gradients that leave it, as a dygraph backward's)
+    averaged across ranks by bucketed AllReduce, buckets in the order backward makes them (the
+    producers' creation order) so that early buckets travel while the rest of backward runs."""
+    results = dict(function.results)
+    ready = sorted(names, key=lambda n: (results[n].node.id, results[n].index, n))
+    groups, _ = plan_buckets([results[n] for n in ready], bucket_bytes, min_buckets)
+    for i, group in enumerate(groups):
+        grads = [results[ready[k]] for k in group]
+        mode = compress if grads[0].dtype == DType.float32 and reduction in ("sum", "avg") else "none"
+        reduce = AllReduce(*grads, reduction=reduction, bucket=f"grad_bucket_{i}", compress=mode,
+                           name=f"allreduce_bucket_{i}")
+        for j, k in enumerate(group):
+            results[ready[k]] = reduce.output(j)
+    return Function(function.parameters, results, name=function.name)
 
 
 def average_results(function: Function, names: list[str], reduction: str = "avg", compress: str = "none") -> Function:

@@ -39,6 +39,14 @@ def engines() -> list["Engine"]:
     return [_ENGINES[k] for k in sorted(_ENGINES)]
 
 
+def register_engine(engine) -> int:
+    """Lists another kind of engine (a dygraph Layer's, dygraph/runner.py) in ``engines()``: it
+    gets an id here and needs ``steps`` and ``updates``; the registry holds it weakly."""
+    engine.id = next(_ids)
+    _ENGINES[engine.id] = engine
+    return engine.id
+
+
 _byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # NumPy 2 moved it
 
 

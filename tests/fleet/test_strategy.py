@@ -285,12 +285,17 @@ def test_a_bad_environment_fails_at_distributed_optimizer(static_fleet, monkeypa
         fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
 
 
-def test_dynamic_mode_is_refused():
+def test_dynamic_mode_needs_fleet_init(monkeypatch):
+    """In dygraph, strategy.ngraph serves fleet.distributed_model/optimizer (tests/distributed/
+    test_dygraph_dp.py); without fleet.init they say what to call first."""
+    from paddle.distributed.fleet import fleet as fleet_obj
+
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True
+    monkeypatch.setattr(fleet_obj, "_role_maker", None, raising=False)
     paddle.disable_static()
     try:
-        with pytest.raises(ConfigError, match="strategy.ngraph is for static-graph training"):
+        with pytest.raises(ConfigError, match=r"call fleet.init\(is_collective=True"):
             fleet.distributed_optimizer(paddle.optimizer.SGD(0.1, parameters=[]), strategy)
     finally:
         paddle.enable_static()

@@ -1,0 +1,95 @@
+"""``paddle_ngraph.DataParallel``: the drop-in for ``paddle.DataParallel`` that runs the Layer on the engine.
+
+    model = paddle_ngraph.DataParallel(MyNet())      # or fleet.distributed_model with strategy.ngraph
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward(); opt.step(); opt.clear_grad()
+
+The wrapped Layer keeps its parameters (``state_dict`` has the Layer's own keys, as
+paddle.DataParallel's); ``model(x)`` runs its forward and, at ``loss.backward()``, its backward
+on the engine, with the gradients averaged across the launcher's ranks by the engine's bucketed
+AllReduce. In one process it is an accelerator. At construction every rank takes rank 0's
+parameters and buffers, so ranks start identical whatever their seeds (as paddle.DataParallel).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import numpy as np
+import paddle
+
+from ..fleet.config import apply_log_level, resolve_config
+from .runner import LayerEngine, _view, check_options
+
+log = logging.getLogger("paddle_ngraph.dygraph")
+_TRANSPORTS: dict = {}
+
+
+def shared_transport(config: dict):
+    """One transport per process and kind: every wrapped Layer's collectives go over the same one."""
+    from ..distributed import detect_launcher, make_transport
+
+    info = detect_launcher()
+    key = (config["transport"], info.size)
+    if key not in _TRANSPORTS:
+        transport = make_transport(config["transport"], timeout_s=config["timeout_s"], info=info)
+        if transport.size > 1:
+            transport.set_hierarchical(config["hierarchical"])
+        _TRANSPORTS[key] = transport
+    return _TRANSPORTS[key]
+
+
+class DataParallel(paddle.nn.Layer):
+    """Wraps ``layer``; ``configs`` are the keys of ``strategy.ngraph_configs`` (``paddle_ngraph.Config``;
+    configs/defaults.yaml), resolved as for static training; zero_stage, accumulate_steps and
+    sync_batch_norm are for static programs only."""
+
+    def __init__(self, layer, configs: dict | None = None, **options):
+        super().__init__()
+        config = resolve_config({**(configs or {}), **options})
+        check_options(config)
+        apply_log_level(config["log_level"])
+        self._layers = layer
+        transport = shared_transport(config)
+        self._engine = LayerEngine(layer, config, transport)
+        if transport.size > 1:
+            self._broadcast_initial(transport)
+
+    def _broadcast_initial(self, transport):
+        """Rank 0's parameters and buffers on every rank, in place (the Layer's own tensors)."""
+        with paddle.no_grad():
+            for name, tensor in self._engine.named_tensors().items():
+                if tensor._is_initialized():
+                    transport.broadcast(_view(tensor), root=0)
+
+    def forward(self, *inputs, **kwargs):
+        if kwargs:
+            return self._engine.eager(inputs, "keyword inputs (the engine captures positional tensors)", kwargs)
+        return self._engine.call(inputs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes in this context accumulate gradients locally, without AllReduce; the
+        first backward after it averages the accumulated sums (paddle.DataParallel's semantics).
+        As there, what counts is where the forward runs."""
+        previous = self._engine.sync_gradients
+        self._engine.sync_gradients = False
+        try:
+            yield
+        finally:
+            self._engine.sync_gradients = previous
+
+    # paddle.DataParallel's checkpoints have the Layer's own keys.
+    def state_dict(self, *args, **kwargs):
+        return self._layers.state_dict(*args, **kwargs)
+
+    def set_state_dict(self, state_dict, *args, **kwargs):
+        return self._layers.set_state_dict(state_dict, *args, **kwargs)
+
+    set_dict = set_state_dict
+    load_dict = set_state_dict
+
+    @property
+    def engine(self) -> LayerEngine:
+        return self._engine

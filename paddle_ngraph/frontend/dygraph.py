@@ -1,0 +1,241 @@
+"""Captures a dygraph ``nn.Layer`` as IR functions: forward, and backward from the output gradients.
+
+Paddle's dynamic-to-static translator in AST mode (``paddle.jit.to_static(..., full_graph=True)``;
+its default SOT mode silently leaves parts eager) records the Layer's forward for one input
+signature; its partial program's ``train_program`` is the forward followed by the backward that
+eager execution of that program would run, in PIR:
+
+- ``builtin.parameter`` ops name the Layer's parameters and buffers by their dygraph names
+  (batch-norm running statistics are parameters that ``batch_norm_`` updates in place);
+- ``pd_op.data`` ops are the positional tensor inputs;
+- ``shadow_output`` ops mark the outputs (``output_<i>``), the seeds of the output gradients
+  (``grad_input_<i>``, a ``full_like(output, 1)`` that Paddle replaces at run time) and the
+  gradients of the inputs and parameters (names listed by ``x_grad_names``/``p_grad_names``,
+  ``Fake_var`` where there is none).
+
+The whole program is converted by the ordinary converters into one function whose seeds are
+parameters ``grad_out:<i>``; ``passes/split_backward.py`` then splits it at the seeds. Results:
+``out:<i>``, ``state:<buffer>`` (running statistics, written back in place), ``grad:<param>``
+and ``xgrad:<i>``.
+
+A Layer that cannot be captured this way (Python control flow on tensor values, ``.numpy()`` in
+forward, ops without converter) raises ``CaptureError`` naming the Layer and the reason; the
+caller runs it eagerly.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+
+from ..errors import ConversionError, UnsupportedOpsError
+from ..ir import Function
+from ..ir.ops.core import Parameter
+from ..passes.split_backward import Split, split_backward
+from .pir_decoder import decode_program
+from .session import STATE_PREFIX, ConversionSession, find_unsupported
+
+FAKE = "Fake_var"
+SEED_PREFIX = "grad_out:"
+OUT_PREFIX = "out:"
+GRAD_PREFIX = "grad:"
+XGRAD_PREFIX = "xgrad:"
+# Ops that control flow on tensor values becomes in AST mode: the engine cannot run them here
+# (there is no Paddle executor around a dygraph call to leave them to).
+_CONTROL_FLOW = {"pd_op.if", "pd_op.while", "pd_op.pylayer"}
+
+
+class CaptureError(ConversionError):
+    """A Layer whose forward cannot run on the engine; the message names the Layer and why."""
+
+
+@dataclass
+class Capture:
+    """One Layer, one input signature, one mode."""
+
+    inputs: list[str]             # the function parameter of each positional tensor input
+    params: list[str]             # the Layer's parameters and buffers the program reads (dygraph names)
+    outputs: object               # Paddle's NestSequence of the outputs: .restore(tensors) rebuilds the structure
+    num_outputs: int
+    forward: Function             # results out:*, state:*, saved:* (training) / out:*, state:* (eval)
+    backward: Function | None = None  # results grad:*, xgrad:*; parameters grad_out:*, saved:*, inputs
+    saved: list[str] = field(default_factory=list)
+    grads: list[str] = field(default_factory=list)      # parameters that get a gradient
+    input_grads: list[int] = field(default_factory=list)  # positional inputs that get a gradient
+    state: list[str] = field(default_factory=list)      # buffers the forward updates
+
+
+# The translator reads the source of what it converts and refuses ``*args``: one holder forward
+# per input count, written out.
+def _forward_1(self, x0):
+    return self.inner(x0)
+
+def _forward_2(self, x0, x1):
+    return self.inner(x0, x1)
+
+def _forward_3(self, x0, x1, x2):
+    return self.inner(x0, x1, x2)
+
+def _forward_4(self, x0, x1, x2, x3):
+    return self.inner(x0, x1, x2, x3)
+
+def _forward_5(self, x0, x1, x2, x3, x4):
+    return self.inner(x0, x1, x2, x3, x4)
+
+def _forward_6(self, x0, x1, x2, x3, x4, x5):
+    return self.inner(x0, x1, x2, x3, x4, x5)
+
+def _forward_7(self, x0, x1, x2, x3, x4, x5, x6):
+    return self.inner(x0, x1, x2, x3, x4, x5, x6)
+
+def _forward_8(self, x0, x1, x2, x3, x4, x5, x6, x7):
+    return self.inner(x0, x1, x2, x3, x4, x5, x6, x7)
+
+
+_FORWARDS = {n: globals()[f"_forward_{n}"] for n in range(1, 9)}
+
+
+class _Holder:
+    """Keeps the user's Layer as it is: to_static wraps this holder's forward, not the Layer's."""
+
+    def __init__(self, layer, arity: int):
+        import paddle
+
+        if arity not in _FORWARDS:
+            raise CaptureError(f"Layer {layer_name(layer)}: {arity} positional inputs; the engine captures 1 to "
+                               f"{max(_FORWARDS)}")
+
+        def init(self, inner):
+            paddle.nn.Layer.__init__(self)
+            self.inner = inner
+
+        holder_type = type(f"Capture{arity}", (paddle.nn.Layer,), {"__init__": init, "forward": _FORWARDS[arity]})
+        self.layer = holder_type(layer)
+        paddle.jit.to_static(self.layer, full_graph=True)
+
+
+_HOLDERS: dict[tuple, _Holder] = {}
+# Calls that take a value out of the graph into Python. The translator often turns them into graph
+# ops again, but what Python then does with the value (keep it, print it, index a list with it)
+# would be frozen at capture time: such a Layer runs eagerly.
+_LEAVES_GRAPH = re.compile(r"\.(numpy|item|tolist)\s*\(")
+
+
+def values_leaving_graph(layer) -> list[str]:
+    """``Class.forward calls .numpy()`` for the user-defined Layers (Paddle's own are known to be
+    clean) whose forward source takes tensor values into Python."""
+    found = []
+    seen = set()
+    for sub in [layer, *layer.sublayers()]:
+        cls = type(sub)
+        if cls in seen or cls.__module__.startswith("paddle."):
+            continue
+        seen.add(cls)
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        calls = sorted(set(_LEAVES_GRAPH.findall(source)))
+        if calls:
+            found.append(f"{cls.__name__}.forward calls {', '.join('.' + c + '()' for c in calls)}")
+    return found
+
+
+def layer_name(layer) -> str:
+    return f"{type(layer).__name__} ({layer.full_name()})" if hasattr(layer, "full_name") else type(layer).__name__
+
+
+def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
+    """Captures ``layer(*args)``; ``with_grad``: the backward too (else forward only)."""
+    import paddle
+
+    # One holder per mode: the translator's program cache is keyed by the inputs only, and a program
+    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says.
+    key = (id(layer), len(args), training)
+    holder = _HOLDERS.get(key)
+    if holder is None or holder.layer.inner is not layer:
+        holder = _HOLDERS[key] = _Holder(layer, len(args))
+    holder.layer.training = training
+    name = layer_name(layer)
+    leaving = values_leaving_graph(layer)
+    if leaving:
+        raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
+                           f"captured program would freeze at its first call)")
+    try:
+        # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
+        # follows the Layers' own ``training`` flags, read while tracing.
+        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
+        if with_grad:
+            runnable = partial.train_program
+            program = runnable.program
+        else:
+            runnable, program = None, concrete.main_program
+    except CaptureError:
+        raise
+    except Exception as e:  # the translator's errors: .numpy() in forward, unsupported Python
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = lines[0] if lines else ""
+        raise CaptureError(f"Layer {name}: paddle.jit.to_static (AST) could not translate its forward: "
+                           f"{type(e).__name__}: {reason[:300]}") from e
+    view = decode_program(program, source=f"Layer {name}")
+    ops = [op for op in view.ops if op.block == 0]
+    flow = sorted({op.type for op in ops if op.type in _CONTROL_FLOW})
+    if flow:
+        raise CaptureError(f"Layer {name}: its forward has Python control flow on tensor values ({', '.join(flow)}), "
+                           f"which the engine does not run in dygraph mode")
+    unsupported = find_unsupported(view, ops)
+    if unsupported:
+        raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
+
+    shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops
+              if op.type == "builtin.shadow_output" and op.input_names()}
+    data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
+    params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]
+    flat_outputs = list(partial._outputs.var_list)  # distinct output values, as run_program returns them
+    if with_grad:
+        out_names = list(runnable.out_names)
+        seed_names = list(runnable.o_grad_names)
+        outputs = [shadow[n] for n in out_names]
+        seeds = [shadow[n] for n in seed_names]
+        x_grads = [shadow.get(n) if n != FAKE else None for n in runnable.x_grad_names]
+        p_grads = {p: shadow.get(g) for p, g in zip(runnable.param_names, runnable.p_grad_names) if g != FAKE}
+    else:
+        outputs = [view.name_of(v) for v in flat_outputs]
+        seeds, x_grads, p_grads = [], [], {}
+    session = ConversionSession(view)
+    seed_params = []
+    for i, (seed, out) in enumerate(zip(seeds, outputs)):
+        info = view.vars[out]
+        param = Parameter(name=f"{SEED_PREFIX}{i}", dtype=info.dtype.value, shape=tuple(info.shape), role="feed")
+        session.parameters.append(param)
+        session.env[seed] = param.output()
+        seed_params.append(param.name)
+    for n in data + params:
+        session.value(n)
+    seed_set = set(seeds)
+    try:
+        session.convert_ops([op for op in ops if not (set(op.output_names()) & seed_set)])
+    except ConversionError as e:
+        raise CaptureError(f"Layer {name}: {e}") from e
+    results = {f"{OUT_PREFIX}{i}": session.value(n) for i, n in enumerate(outputs)}
+    state = []
+    for var, value in session.env.items():
+        info = view.vars.get(var)
+        if info is not None and info.persistable and var in session.initial and value.node is not session.initial[var]:
+            results[STATE_PREFIX + var] = value
+            state.append(var)
+    forward_results = list(results)
+    grads = [p for p in params if p in p_grads and p_grads[p] in session.env]
+    input_grads = [i for i, g in enumerate(x_grads) if g is not None and g in session.env]
+    backward_results = [f"{GRAD_PREFIX}{p}" for p in grads] + [f"{XGRAD_PREFIX}{i}" for i in input_grads]
+    for p in grads:
+        results[f"{GRAD_PREFIX}{p}"] = session.env[p_grads[p]]
+    for i in input_grads:
+        results[f"{XGRAD_PREFIX}{i}"] = session.env[x_grads[i]]
+    whole = Function(session.parameters, results, name=type(layer).__name__)
+    capture = Capture(inputs=data, params=params, outputs=partial._outputs, num_outputs=len(outputs),
+                      forward=whole, grads=grads, input_grads=input_grads, state=state)
+    if with_grad:
+        split: Split = split_backward(whole, seed_params, forward_results, backward_results)
+        capture.forward, capture.backward, capture.saved = split.forward, split.backward, split.saved
+    return capture

@@ -1,0 +1,161 @@
+"""One rank of dygraph data-parallel training on the engine (tests/distributed/test_dygraph_dp.py).
+
+    python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch
+                             [--no-sync] [--checkpoint]
+
+Every rank draws the same global batches and trains on its contiguous shard; rank r seeds its
+model with r, so equal results also show that rank 0's parameters were broadcast. Rank 0 then
+trains the same Layer in one plain-Paddle process on the whole batches (reference). Each rank
+writes OUT_DIR/rank<r>.npz (its parameters, losses; rank 0 also the reference's) and
+OUT_DIR/rank<r>.json (what the engines report).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # this checkout
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+import paddle.nn.functional as F  # noqa: E402
+from paddle import nn  # noqa: E402
+
+import paddle_ngraph  # noqa: E402
+
+GLOBAL_BATCH, STEPS = 12, 6
+
+
+class MLP(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class NumpyInForward(MLP):
+    """Cannot be captured: .numpy() on a tensor in forward."""
+
+    def forward(self, x):
+        scale = float(np.abs(x.numpy()).max() > 100) + 1.0
+        return self.fc2(F.relu(self.fc1(x))) * scale
+
+
+class BranchOnValue(MLP):
+    """Python control flow on a tensor's value: AST turns it into pd_op.if, which stays eager."""
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        if h.mean() > 100.0:
+            h = h * 0.5
+        return self.fc2(h)
+
+
+LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue}
+
+
+def make_optimizer(kind, parameters):
+    if kind == "sgd":
+        return paddle.optimizer.SGD(0.1, parameters=parameters)
+    return paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=parameters,
+                                     grad_clip=nn.ClipGradByGlobalNorm(0.5), weight_decay=1e-3)
+
+
+def batches(micro: int):
+    rng = np.random.default_rng(1234)
+    return [[(rng.standard_normal((GLOBAL_BATCH, 16)).astype("float32"),
+              rng.standard_normal((GLOBAL_BATCH, 8)).astype("float32")) for _ in range(micro)] for _ in range(STEPS)]
+
+
+def train(model, opt, data, lo, hi, no_sync_ctx=None, checkpoint=None):
+    losses = []
+    for step, micro_batches in enumerate(data):
+        for k, (x, y) in enumerate(micro_batches):
+            x, y = paddle.to_tensor(x[lo:hi]), paddle.to_tensor(y[lo:hi])
+            local = no_sync_ctx is not None and k < len(micro_batches) - 1
+            if local:
+                with no_sync_ctx():
+                    loss = F.mse_loss(model(x), y)
+                    loss.backward()
+            else:
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+            losses.append(float(loss))
+        opt.step()
+        opt.clear_grad()
+        if checkpoint is not None and step == checkpoint[0]:
+            paddle.save(model.state_dict(), checkpoint[1] + ".pdparams")
+            paddle.save(opt.state_dict(), checkpoint[1] + ".pdopt")
+    return losses
+
+
+def params_of(layer):
+    return {k: v.numpy() for k, v in layer.state_dict().items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--api", default="dp")
+    parser.add_argument("--opt", default="sgd")
+    parser.add_argument("--layer", default="mlp")
+    parser.add_argument("--no-sync", action="store_true")
+    parser.add_argument("--checkpoint", action="store_true")
+    args = parser.parse_args()
+
+    if args.api == "fleet":
+        from paddle.distributed import fleet
+
+        strategy = fleet.DistributedStrategy()
+        strategy.ngraph = True
+        strategy.ngraph_configs = {"bucket_mb": 0.001}  # several buckets on a small model
+        fleet.init(is_collective=True, strategy=strategy)
+    rank, size = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
+    paddle.seed(rank)
+    layer = LAYERS[args.layer]()
+    if args.api == "fleet":
+        from paddle.distributed import fleet
+
+        model = fleet.distributed_model(layer)
+        opt = fleet.distributed_optimizer(make_optimizer(args.opt, model.parameters()))
+    else:
+        model = paddle_ngraph.DataParallel(layer, bucket_mb=0.001)
+        opt = make_optimizer(args.opt, model.parameters())
+    initial = params_of(layer)  # rank 0's, after the broadcast
+    data = batches(2 if args.no_sync else 1)
+    shard = GLOBAL_BATCH // size
+    lo, hi = rank * shard, (rank + 1) * shard
+    checkpoint = (2, os.path.join(args.out, f"ckpt{rank}")) if args.checkpoint else None
+    losses = train(model, opt, data, lo, hi, model.no_sync if args.no_sync else None, checkpoint)
+    result = {f"param:{k}": v for k, v in params_of(layer).items()}
+    result["losses"] = np.array(losses)
+    report = {"engines": [{"type": type(e).__name__, "steps": e.steps, "updates": e.updates,
+                           "eager_steps": getattr(e, "eager_steps", 0)} for e in paddle_ngraph.engines()]}
+    if checkpoint is not None:
+        # Resume from the checkpoint in a fresh Layer and optimizer: the same parameters at the end.
+        paddle.seed(100 + rank)
+        resumed_layer = LAYERS[args.layer]()
+        resumed = paddle_ngraph.DataParallel(resumed_layer, bucket_mb=0.001)
+        resumed.set_state_dict(paddle.load(checkpoint[1] + ".pdparams"))
+        opt2 = make_optimizer(args.opt, resumed.parameters())
+        opt2.set_state_dict(paddle.load(checkpoint[1] + ".pdopt"))
+        train(resumed, opt2, data[3:], lo, hi, resumed.no_sync if args.no_sync else None)
+        result.update({f"resumed:{k}": v for k, v in params_of(resumed_layer).items()})
+    if rank == 0:
+        reference = LAYERS["mlp"]()
+        reference.set_state_dict({k: paddle.to_tensor(v) for k, v in initial.items()})
+        ref_opt = make_optimizer(args.opt, reference.parameters())
+        ref_losses = train(reference, ref_opt, data, 0, GLOBAL_BATCH)
+        result.update({f"reference:{k}": v for k, v in params_of(reference).items()})
+        result["reference_losses"] = np.array(ref_losses)
+    np.savez(os.path.join(args.out, f"rank{rank}.npz"), **result)
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    print(f"[rank {rank}] done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""paddle_ngraph.DataParallel in one process: the Layer's forward and backward on the engine.
+
+Against the same Layer in plain dygraph Paddle, from the same weights: parameters after training
+(the user's optimizer with clipping and weight decay, in Paddle), batch-norm running statistics,
+eval mode, outputs and their structure, gradients of inputs, new input shapes, checkpoints.
+"""
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+from paddle import nn
+
+import paddle_ngraph
+from paddle_ngraph.dygraph.runner import LayerEngine
+
+paddle.disable_static()
+BACKENDS = ["CPU", "INTERPRETER"]
+
+
+class ConvBN(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2D(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2D(4)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv(x)))
+        return self.fc(self.drop(h).reshape([x.shape[0], -1]))
+
+
+class TwoOutputs(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = F.tanh(self.fc1(x))
+        return {"logits": self.fc2(h), "hidden": h}
+
+
+def pair(cls, **options):
+    paddle.seed(0)
+    reference = cls()
+    mine = cls()
+    mine.set_state_dict(reference.state_dict())
+    return reference, paddle_ngraph.DataParallel(mine, **options)
+
+
+def optimizer(model):
+    return paddle.optimizer.Momentum(0.05, parameters=model.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0),
+                                     weight_decay=1e-3)
+
+
+def assert_state_close(a, b, tol=1e-5):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for k in sa:
+        np.testing.assert_allclose(sb[k].numpy(), sa[k].numpy(), rtol=tol, atol=tol, err_msg=k)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_matches_paddle_with_batch_norm(backend):
+    # Dropout in training draws different masks on the engine: p=0 here, eval mode below.
+    reference, model = pair(ConvBN, backend=backend)
+    reference.drop.p = model._layers.drop.p = 0.0
+    o1, o2 = optimizer(reference), optimizer(model)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = paddle.to_tensor(rng.standard_normal((4, 3, 6, 6)).astype("float32"))
+        y = paddle.to_tensor(rng.integers(0, 5, (4, 1)))
+        losses = []
+        for m, o in ((reference, o1), (model, o2)):
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            o.clear_grad()
+            losses.append(float(loss))
+        assert abs(losses[0] - losses[1]) < 1e-5
+    assert_state_close(reference, model)  # includes bn._mean/_variance, updated in place
+    engine = model.engine
+    assert engine in paddle_ngraph.engines() and engine.steps == 4 and engine.eager_steps == 0
+
+
+def test_eval_mode_and_no_grad_run_forward_only():
+    reference, model = pair(ConvBN)
+    x = paddle.to_tensor(np.random.default_rng(1).standard_normal((3, 3, 6, 6)).astype("float32"))
+    reference.eval()
+    model.eval()
+    assert not model._layers.training and not model._layers.drop.training
+    with paddle.no_grad():
+        np.testing.assert_allclose(model(x).numpy(), reference(x).numpy(), rtol=1e-5, atol=1e-5)
+    mean_before = model._layers.bn._mean.numpy().copy()
+    out = model(x)  # eval mode with gradients enabled: dropout off, running statistics read, not updated
+    np.testing.assert_allclose(out.numpy(), reference(x).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(model._layers.bn._mean.numpy(), mean_before)
+    model.train()
+    model(x)  # training mode again: the statistics move
+    assert not np.array_equal(model._layers.bn._mean.numpy(), mean_before)
+    keys = {(k[0], k[1]) for k in model.engine.compiled}
+    assert (False, False) in keys and (False, True) in keys and (True, True) in keys
+
+
+def test_output_structure_input_gradients_and_new_shapes():
+    reference, model = pair(TwoOutputs, backend="INTERPRETER")
+    for batch in (5, 3):  # a new shape re-specializes
+        data = np.random.default_rng(batch).standard_normal((batch, 6)).astype("float32")
+        results = []
+        for m in (reference, model):
+            x = paddle.to_tensor(data, stop_gradient=False)
+            out = m(x)
+            assert isinstance(out, dict) and set(out) == {"logits", "hidden"}
+            (out["logits"].square().mean() + out["hidden"].sum() * 0.1).backward()
+            results.append((out["logits"].numpy(), x.grad.numpy(), m.parameters()[0].grad.numpy()))
+            m.clear_gradients()
+        for a, b in zip(*results):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert len(model.engine.compiled) == 2
+
+
+def test_gradients_accumulate_like_paddle_and_checkpoints_round_trip(tmp_path):
+    # Optimizer checkpoints are keyed by parameter names: a resumed process makes the same names.
+    with paddle.utils.unique_name.guard():
+        reference, model = pair(TwoOutputs)
+    x = paddle.to_tensor(np.random.default_rng(2).standard_normal((4, 6)).astype("float32"))
+    for m in (reference, model):
+        for _ in range(2):  # two backward passes without clear_grad: param.grad sums them
+            m(x)["logits"].sum().backward()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6)
+    # SGD: Momentum's velocities are named by a global counter, which one process cannot replay.
+    opt = paddle.optimizer.SGD(0.1, parameters=model.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0))
+    opt.step()
+    paddle.save(model.state_dict(), str(tmp_path / "m.pdparams"))
+    paddle.save(opt.state_dict(), str(tmp_path / "m.pdopt"))
+    state = paddle.load(str(tmp_path / "m.pdparams"))
+    assert set(state) == set(reference.state_dict())  # the Layer's own keys, as paddle.DataParallel's
+    paddle.seed(5)
+    with paddle.utils.unique_name.guard():
+        TwoOutputs()
+        fresh = paddle_ngraph.DataParallel(TwoOutputs())
+    fresh.set_state_dict(state)
+    fresh_opt = paddle.optimizer.SGD(0.1, parameters=fresh.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0))
+    fresh_opt.set_state_dict(paddle.load(str(tmp_path / "m.pdopt")))
+    for m, o in ((model, opt), (fresh, fresh_opt)):
+        o.clear_grad()
+        m(x)["logits"].sum().backward()
+        o.step()
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
+def test_uncapturable_layer_runs_eagerly_with_one_message(caplog):
+    class Branchy(TwoOutputs):
+        def forward(self, x):
+            h = F.tanh(self.fc1(x))
+            if h.sum() > 1e9:
+                h = h * 2.0
+            return self.fc2(h)
+
+    paddle.seed(0)
+    model = paddle_ngraph.DataParallel(Branchy())
+    x = paddle.ones([2, 6])
+    with caplog.at_level("WARNING", logger="paddle_ngraph"):
+        for _ in range(3):
+            model(x).sum().backward()
+        model(paddle.ones([3, 6]))
+    said = [r.getMessage() for r in caplog.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "Branchy" in said[0] and "control flow" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 4
+    assert isinstance(model.engine, LayerEngine)

@@ -1,0 +1,92 @@
+"""Capturing a dygraph Layer (frontend/dygraph.py) and splitting forward from backward
+(passes/split_backward.py); the bucketed AllReduce of gradient results (insert_allreduce.py)."""
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+from paddle import nn
+
+from paddle_ngraph.backends import get_backend
+from paddle_ngraph.frontend.dygraph import CaptureError, capture, values_leaving_graph
+from paddle_ngraph.passes.insert_allreduce import average_gradient_results
+
+paddle.disable_static()
+
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.bn, self.fc2 = nn.Linear(8, 16), nn.BatchNorm1D(16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.bn(self.fc1(x))))
+
+
+def test_train_capture_splits_at_the_output_gradients():
+    net = Net()
+    cap = capture(net, [paddle.randn([5, 8])], training=True, with_grad=True)
+    assert set(cap.params) == {p.name for p in net.parameters()} | {net.bn._mean.name, net.bn._variance.name}
+    assert sorted(cap.state) == sorted([net.bn._mean.name, net.bn._variance.name])  # running statistics
+    assert sorted(cap.grads) == sorted(p.name for p in net.parameters() if not p.stop_gradient)
+    forward, backward = cap.forward, cap.backward
+    assert "out:0" in forward.results and all(n in forward.results for n in cap.saved)
+    assert backward.parameters[0].name == "grad_out:0"
+    assert not any(n.startswith("grad_out") for n in (p.name for p in forward.parameters))
+    # Graph inputs the backward reads (weights, the batch) are its own parameters, not saved values.
+    saved_sources = {forward.results[n].node.op_type for n in cap.saved}
+    assert "Parameter" not in saved_sources
+    assert set(backward.results) == {f"grad:{p}" for p in cap.grads}
+
+
+def test_eval_capture_is_forward_only_with_test_mode_ops():
+    net = Net()
+    net.eval()
+    cap = capture(net, [paddle.randn([5, 8])], training=False, with_grad=False)
+    assert cap.backward is None and cap.state == []
+    assert "BatchNormInference" in {n.op_type for n in cap.forward.ordered_nodes()}
+
+
+def test_captured_functions_compute_what_paddle_computes():
+    paddle.seed(0)
+    net = Net()
+    x = paddle.randn([5, 8])
+    cap = capture(net, [x], training=True, with_grad=True)
+    tensors = {p.name: p.numpy() for p in net.parameters()} | {b.name: b.numpy() for b in net.buffers()}
+    inputs = [x.numpy() if p.name == cap.inputs[0] else tensors[p.name] for p in cap.forward.parameters]
+    outputs = dict(zip(cap.forward.results, get_backend("INTERPRETER").compile(cap.forward).call(inputs)))
+    expected = net(x)
+    np.testing.assert_allclose(outputs["out:0"], expected.numpy(), rtol=1e-5, atol=1e-6)
+    seed = np.ones(expected.shape, np.float32)
+    expected.sum().backward()
+    feeds = {"grad_out:0": seed, cap.inputs[0]: x.numpy(), **tensors,
+             **{n: outputs[n] for n in cap.saved}}
+    grads = dict(zip(cap.backward.results, get_backend("INTERPRETER").compile(cap.backward)
+                     .call([feeds[p.name] for p in cap.backward.parameters])))
+    for p in (p for p in net.parameters() if not p.stop_gradient):
+        np.testing.assert_allclose(grads[f"grad:{p.name}"], p.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=p.name)
+
+
+def test_values_leaving_the_graph_refuse_capture():
+    class Peek(Net):
+        def forward(self, x):
+            print(x.mean().item())
+            return super().forward(x)
+
+    assert values_leaving_graph(Peek()) == ["Peek.forward calls .item()"]
+    assert values_leaving_graph(Net()) == []
+    with pytest.raises(CaptureError, match=r"Layer Peek .*\.item\(\)"):
+        capture(Peek(), [paddle.randn([2, 8])], training=True, with_grad=True)
+
+
+def test_gradient_results_are_bucketed_in_backward_order():
+    net = Net()
+    cap = capture(net, [paddle.randn([5, 8])], training=True, with_grad=True)
+    names = [f"grad:{p}" for p in cap.grads]
+    averaged = average_gradient_results(cap.backward, names, bucket_bytes=1 << 20, min_buckets=3)
+    reduces = [n for n in averaged.ordered_nodes() if n.op_type == "AllReduce"]
+    assert len(reduces) >= 3 and all(n.attrs["reduction"] == "avg" for n in reduces)
+    covered = [averaged.results[n].node for n in names]
+    assert all(node.op_type == "AllReduce" for node in covered)
+    # fc2's gradients are ready first in backward: they are in the first bucket.
+    first = {names[k] for k, node in enumerate(covered) if node is reduces[0]}
+    assert any(net.fc2.weight.name in n or net.fc2.bias.name in n for n in first)
