@@ -4,9 +4,11 @@ network namespace (tools/netns_cluster.py's bridge and veths, prefix pdk8s, 10.7
 what the MPI Operator, the training operator and the kubelet would do with the manifest. Needs root.
 
 A pod here is its namespace plus a mount namespace laid out as the image's file system:
-- /opt/paddle_ngraph/venv is this checkout's venv (an overlay whose one added .pth file puts this
-  checkout's paddle_ngraph first, as the image's installed wheel would be), /opt/paddle_ngraph/examples
-  this checkout's examples: one fixed path on every pod, the launcher's mpirun among them;
+- /opt/paddle_ngraph/venv is this checkout's venv (a bind mount: an overlay would give its libraries
+  other inodes than the same files reached through the run paths of the native extensions, and the
+  dynamic loader would load them twice), /opt/paddle_ngraph/examples this checkout's examples: one
+  fixed path on every pod, the launcher's mpirun among them. Where the venv's paddle_ngraph is
+  another checkout (an editable install elsewhere), this one is mounted over it;
 - /etc is an overlay carrying the pod's DNS view as /etc/hosts (the names the cluster's DNS would
   give it: <pod>.<service>.<namespace>.svc[.cluster.local], a worker's only once it is Ready),
   mpiuser (uid 1000) in /etc/passwd, the image's ssh client configuration, and on the MPIJob's
@@ -89,8 +91,20 @@ def closed_ancestors(paths: list[str]) -> dict[str, list[str]]:
     return closed
 
 
-def venv_site_packages() -> str:
-    return f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+_INSTALLED: list[str] = []
+
+
+def installed_package() -> str:
+    """Where the venv's Python finds paddle_ngraph without this shell's PYTHONPATH."""
+    if not _INSTALLED:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        found = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                                "print(u.find_spec('paddle_ngraph').submodule_search_locations[0])"],
+                               capture_output=True, text=True, cwd="/", env=env)
+        if found.returncode != 0:
+            raise Failure(f"paddle_ngraph is not installed in {sys.executable}'s venv (make build)")
+        _INSTALLED.append(found.stdout.strip())
+    return _INSTALLED[0]
 
 
 class Pod:
@@ -140,11 +154,6 @@ class Pod:
             path = os.path.join(etc, relative)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write(path, text)
-        # The image's wheel, emulated: this checkout's package ahead of whatever the venv has.
-        site = os.path.join(self.dir, "venv", venv_site_packages())
-        os.makedirs(site)
-        os.makedirs(os.path.join(self.dir, "venv.work"))
-        write(os.path.join(site, "_k8s_rehearsal_checkout.pth"), ROOT + "\n")
 
     def setup_script(self, secret: str | None) -> str:
         """Runs as root in the pod's new mount and UTS namespaces, then becomes the container."""
@@ -160,10 +169,12 @@ class Pod:
             for path, stash in zip(paths, keep):
                 lines += [f"mkdir -p {q(path)}", f"mount --bind {q(stash)} {q(path)}"]
         venv = needed_host_paths()[0]
+        installed = installed_package()
+        if installed != os.path.join(ROOT, "paddle_ngraph"):  # the image's wheel is this checkout's
+            lines.append(f"mount --bind {q(os.path.join(ROOT, 'paddle_ngraph'))} {q(installed)}")
         lines += ["mount -t tmpfs -o mode=0755 tmpfs /opt",
                   f"mkdir -p {IMAGE}/venv {IMAGE}/examples",
-                  f"mount -t overlay overlay -o lowerdir={q(venv)},upperdir={q(d)}/venv,workdir={q(d)}/venv.work "
-                  f"{IMAGE}/venv",
+                  f"mount --bind {q(venv)} {IMAGE}/venv",
                   f"mount --bind {q(os.path.join(ROOT, 'examples'))} {IMAGE}/examples",
                   "mount -t tmpfs -o mode=0755 tmpfs /home",
                   f"mkdir -p {HOME}",

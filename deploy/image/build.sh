@@ -7,7 +7,7 @@
 #  3. buildah turns it into an image (user, working directory, PATH) in its local storage, checks
 #     the import once more in the committed image's file system, and writes an OCI archive.
 # Needs root (mmdebstrap's root mode, chroot, buildah's storage). Variables: OUT (default
-# build/image), TAG (default localhost/paddle-ngraph:latest), SUITE (bookworm), MIRROR,
+# build/image), TAG (default localhost/paddle-ngraph:latest), SUITE (bookworm), MIRROR, BUILD_CA,
 # STORAGE_DRIVER (buildah's, default vfs: works inside containers and VMs alike).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +16,9 @@ TAG=${TAG:-localhost/paddle-ngraph:latest}
 SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+# pip in the chroot trusts what this machine trusts (a TLS-intercepting proxy's CA, say); build
+# time only, the image keeps Debian's ca-certificates.
+BUILD_CA=${BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
 PY=/opt/paddle_ngraph/venv/bin/python
 step() { echo "[make image] $*"; }
 
@@ -28,8 +31,10 @@ step "root file system: Debian $SUITE + $(paste -sd' ' "$ROOT/deploy/image/debia
 mmdebstrap --mode=root --variant=apt \
     --include="$(paste -sd, "$ROOT/deploy/image/debian-packages.txt")" \
     --customize-hook="mkdir -p \"\$1/opt/paddle_ngraph/src\" && tar -C \"\$1/opt/paddle_ngraph/src\" -xf '$OUT/src.tar'" \
-    --customize-hook='chroot "$1" sh /opt/paddle_ngraph/src/deploy/image/install.sh' \
-    --customize-hook='rm -rf "$1/opt/paddle_ngraph/src" "$1/var/lib/apt/lists/"*' \
+    --customize-hook="cp '$BUILD_CA' \"\$1/tmp/build-host-ca.crt\"" \
+    --customize-hook='chroot "$1" env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CERT=/tmp/build-host-ca.crt \
+        sh /opt/paddle_ngraph/src/deploy/image/install.sh' \
+    --customize-hook='rm -rf "$1/opt/paddle_ngraph/src" "$1/tmp/build-host-ca.crt" "$1/var/lib/apt/lists/"*' \
     "$SUITE" "$OUT/rootfs" "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" \
     "deb ${SECURITY_MIRROR:-http://deb.debian.org/debian-security} $SUITE-security main"
 
