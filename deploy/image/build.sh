@@ -17,7 +17,8 @@ SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 # pip in the chroot trusts what this machine trusts (a TLS-intercepting proxy's CA, say); build
-# time only, the image keeps Debian's ca-certificates.
+# time only, the image keeps Debian's ca-certificates. REQUESTS_CA_BUNDLE too: pip's requests
+# prefers it (inherited from this shell, naming a file the chroot has differently) to PIP_CERT.
 BUILD_CA=${BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
 PY=/opt/paddle_ngraph/venv/bin/python
 step() { echo "[make image] $*"; }
@@ -33,7 +34,8 @@ mmdebstrap --mode=root --variant=apt \
     --customize-hook="mkdir -p \"\$1/opt/paddle_ngraph/src\" && tar -C \"\$1/opt/paddle_ngraph/src\" -xf '$OUT/src.tar'" \
     --customize-hook="cp '$BUILD_CA' \"\$1/tmp/build-host-ca.crt\"" \
     --customize-hook='chroot "$1" env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CERT=/tmp/build-host-ca.crt \
-        sh /opt/paddle_ngraph/src/deploy/image/install.sh' \
+        REQUESTS_CA_BUNDLE=/tmp/build-host-ca.crt CURL_CA_BUNDLE=/tmp/build-host-ca.crt \
+        SSL_CERT_FILE=/tmp/build-host-ca.crt sh /opt/paddle_ngraph/src/deploy/image/install.sh' \
     --customize-hook='rm -rf "$1/opt/paddle_ngraph/src" "$1/tmp/build-host-ca.crt" "$1/var/lib/apt/lists/"*' \
     "$SUITE" "$OUT/rootfs" "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" \
     "deb ${SECURITY_MIRROR:-http://deb.debian.org/debian-security} $SUITE-security main"
