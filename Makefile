@@ -9,7 +9,7 @@ PIP := $(VENV)/bin/pip
 GLOG_minloglevel ?= 2
 export GLOG_minloglevel
 
-.PHONY: setup build demo test sanitize bench-deps bench clean
+.PHONY: setup build demo test test-debs image sanitize bench-deps bench clean
 
 $(VENV)/.deps: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,29 @@ demo: build
 	rm -rf build/demo-log
 	PYTHONWARNINGS="ignore:No ccache found:UserWarning" $(PY) -m paddle.distributed.launch --log_level WARNING --log_dir build/demo-log --nproc_per_node 2 examples/fleet_mnist_demo.py
 
-test: build
+test: build test-debs
 	$(PY) -m pytest -q tests
+
+# Debian packages of the Kubernetes rehearsal (tests/deploy): sshd for the MPIJob's workers, ip for
+# the pods' network namespaces. Installs only what is missing; without root or apt it says so, and
+# those tests skip with the reason.
+TEST_DEBS := openssh-server openssh-client iproute2
+test-debs:
+	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages for tests/deploy:" $$missing; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+			|| echo "could not install $$missing: tests/deploy will skip"; \
+	else echo "not installing $$missing (needs root and apt-get): tests/deploy will skip"; fi
+
+# An OCI image of the project (deploy/image/build.sh: mmdebstrap + buildah, no Docker, no registry;
+# deploy/image/Dockerfile for Docker). Opt-in, not part of make test: it downloads Debian's packages
+# and the wheels (about 1.5 GB written). Needs root.
+image:
+	@command -v mmdebstrap >/dev/null && command -v buildah >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap buildah >/dev/null; }
+	sh deploy/image/build.sh
 
 # The CPU backend's tests against a build of native/cpu with AddressSanitizer and
 # UndefinedBehaviorSanitizer (about 3 min here; not part of make test). LD_LIBRARY_PATH puts the

@@ -62,10 +62,13 @@ def log(message: str):
 
 
 class Cluster:
-    """Creates the namespaces on enter, removes everything it created on exit."""
+    """Creates the namespaces on enter, removes everything it created on exit. Another tool may use
+    its own prefix and subnet (tools/k8s_rehearsal.py does), so that both can run at once."""
 
-    def __init__(self, hosts: int, rate: str | None, delay: str | None, dry_run: bool):
+    def __init__(self, hosts: int, rate: str | None, delay: str | None, dry_run: bool,
+                 prefix: str = PREFIX, subnet: str = SUBNET):
         self.hosts, self.rate, self.delay, self.dry_run = hosts, rate, delay, dry_run
+        self.prefix, self.subnet, self.bridge = prefix, subnet, f"{prefix}br0"
         self.created_namespaces: list[str] = []
         self.created_bridge = False
         self.created_etc: list[str] = []  # /etc/netns/<ns> folders (and /etc/netns if we made it)
@@ -79,11 +82,17 @@ class Cluster:
             raise RuntimeError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): {proc.stderr.strip()}")
         return proc
 
+    def namespace(self, i: int) -> str:
+        return f"{self.prefix}-h{i}"
+
+    def address(self, i: int) -> str:
+        return f"{self.subnet}.{i}"
+
     def in_host(self, i: int, *cmd: str):
-        return self.sh("ip", "netns", "exec", namespace(i), *cmd)
+        return self.sh("ip", "netns", "exec", self.namespace(i), *cmd)
 
     def __enter__(self):
-        leftovers = [namespace(i) for i in range(1, self.hosts + 1) if namespace(i) in existing_namespaces()]
+        leftovers = [self.namespace(i) for i in range(1, self.hosts + 1) if self.namespace(i) in existing_namespaces()]
         if leftovers and not self.dry_run:
             raise RuntimeError(f"namespace(s) {', '.join(leftovers)} exist already (another run, or one killed "
                                f"with SIGKILL): remove them with `{sys.argv[0]} --cleanup` first")
@@ -96,31 +105,31 @@ class Cluster:
         return self
 
     def _create(self):
-        log(f"creating {self.hosts} hosts on bridge {BRIDGE} ({SUBNET}.0/24)"
+        log(f"creating {self.hosts} hosts on bridge {self.bridge} ({self.subnet}.0/24)"
             + (f", each host's link: {' '.join(self.qdisc)}" if self.qdisc else ""))
-        self.sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        self.sh("ip", "link", "add", self.bridge, "type", "bridge")
         self.created_bridge = True
-        self.sh("ip", "link", "set", BRIDGE, "up")
+        self.sh("ip", "link", "set", self.bridge, "up")
         for i in range(1, self.hosts + 1):
-            ns, veth = namespace(i), f"{PREFIX}-v{i}"
+            ns, veth = self.namespace(i), f"{self.prefix}-v{i}"
             self.sh("ip", "netns", "add", ns)
             self.created_namespaces.append(ns)
             self._write_hosts_file(ns)
             self.sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self.sh("ip", "link", "set", veth, "master", BRIDGE, "up")
-            self.in_host(i, "ip", "addr", "add", f"{address(i)}/24", "dev", "eth0")
+            self.sh("ip", "link", "set", veth, "master", self.bridge, "up")
+            self.in_host(i, "ip", "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             self.in_host(i, "ip", "link", "set", "eth0", "up")
             self.in_host(i, "ip", "link", "set", "lo", "up")
             if self.qdisc:
                 self.in_host(i, "tc", "qdisc", "add", "dev", "eth0", "root", *self.qdisc)
         if not self.dry_run:
             for i in range(1, self.hosts + 1):
-                self._wait_forwarding(f"{PREFIX}-v{i}")
+                self._wait_forwarding(f"{self.prefix}-v{i}")
 
     def _write_hosts_file(self, ns: str):
         """`ip netns exec` bind-mounts /etc/netns/<ns>/hosts over /etc/hosts: there every host name
         resolves to its 10.77.0.x address (paddle.distributed.launch finds its own node's IP so)."""
-        lines = ["127.0.0.1 localhost"] + [f"{address(i)} {hostname(i)}" for i in range(1, self.hosts + 1)]
+        lines = ["127.0.0.1 localhost"] + [f"{self.address(i)} {hostname(i)}" for i in range(1, self.hosts + 1)]
         folder = os.path.join("/etc/netns", ns)
         if self.dry_run:
             print(f"# write {folder}/hosts: " + "; ".join(lines))
@@ -145,14 +154,14 @@ class Cluster:
         raise RuntimeError(f"bridge port {port} does not forward after 10 s")
 
     def __exit__(self, *exc):
-        veths = [f"{PREFIX}-v{i}" for i in range(1, len(self.created_namespaces) + 1)]
+        veths = [f"{self.prefix}-v{i}" for i in range(1, len(self.created_namespaces) + 1)]
         for ns in reversed(self.created_namespaces):  # deleting a namespace deletes its veth and the peer
             self.sh("ip", "netns", "del", ns, check=False)
         self.created_namespaces.clear()
         if not self.dry_run:
             wait_until_gone(veths)
         if self.created_bridge:
-            self.sh("ip", "link", "del", BRIDGE, check=False)
+            self.sh("ip", "link", "del", self.bridge, check=False)
             self.created_bridge = False
         for folder in reversed(self.created_etc):
             shutil.rmtree(folder, ignore_errors=True)
@@ -417,20 +426,21 @@ def parse(argv):
     return args
 
 
-def cleanup_leftovers() -> int:
+def cleanup_leftovers(prefix: str = PREFIX) -> int:
     """What __exit__ would have removed, found by name (a SIGKILLed run never reached it)."""
     removed = []
     for ns in sorted(existing_namespaces()):
-        if ns.startswith(f"{PREFIX}-h"):
+        if ns.startswith(f"{prefix}-h"):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(ns)
         folder = os.path.join("/etc/netns", ns)
-        if ns.startswith(f"{PREFIX}-h") and os.path.isdir(folder):
+        if ns.startswith(f"{prefix}-h") and os.path.isdir(folder):
             shutil.rmtree(folder, ignore_errors=True)
-    if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
-        removed.append(BRIDGE)
-    for folder in sorted(glob.glob(f"/etc/netns/{PREFIX}-h*")):  # namespaces already gone
+    bridge = f"{prefix}br0"
+    if subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0:
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+        removed.append(bridge)
+    for folder in sorted(glob.glob(f"/etc/netns/{prefix}-h*")):  # namespaces already gone
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     log(f"removed {', '.join(removed)}" if removed else "nothing to remove")
