@@ -228,3 +228,23 @@ def test_a_value_read_after_its_bucket_starts_is_packed_and_not_overwritten():
     np.testing.assert_array_equal(outs["r3"], 2 * xs)
     np.testing.assert_array_equal(outs["late"], xs * xs)
     np.testing.assert_array_equal(outs["h"], -ws)
+
+
+def test_concat_of_whole_blocks_takes_its_pieces_in_place():
+    x = ops.Parameter(dtype="float32", shape=(2, 3), name="x")
+    w = ops.Parameter(dtype="float32", shape=(4,), name="w")
+    a = ops.Reshape(ops.Negative(x.output(), name="a").output(), shape=(-1,), name="a_flat")  # placed
+    b = ops.Multiply(w.output(), w.output(), name="b")  # placed, and read again after the Concat
+    pad = ops.Constant(np.zeros(2), dtype="float32", name="pad")  # copied
+    joined = ops.Concat(a.output(), w.output(), b.output(), pad.output(), axis=0, name="joined")  # w copied
+    f = Function([x, w], {"joined": joined.output(), "b2": ops.Add(b.output(), b.output()).output()})
+    live, plan = planned(clone_function(f))
+    concat = next(s.node for s in live.steps if s.node.op_type == "Concat")
+    start = arena_range(live, plan, concat.output(0))[0]
+    assert arena_range(live, plan, concat.inputs[0]) == (start, start + 24)
+    assert arena_range(live, plan, concat.inputs[2]) == (start + 40, start + 56)
+    assert live.value_root[(concat.inputs[1].node.id, 0)] != live.value_root[(concat.id, 0)]
+    xs, ws = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, -2, 3, 0.5], np.float32)
+    outs = dict(zip(f.results, get_backend("CPU").compile(f).call([xs, ws])))
+    np.testing.assert_array_equal(outs["joined"], np.concatenate([-xs.reshape(-1), ws, ws * ws, np.zeros(2, np.float32)]))
+    np.testing.assert_array_equal(outs["b2"], 2 * ws * ws)
