@@ -141,9 +141,12 @@ class Specialization:
                 else:
                     bucket = timeline.bucket_of(node)
                     args = {"bucket": bucket, "bytes": timeline.collective_bytes(node)}
-                    # Start packs the bucket into its region on the compute thread and queues it;
-                    # the outputs are views of that region, so no unpack step exists.
+                    # Start hands the bucket to the communication thread, after copying into its
+                    # region the inputs the memory plan could not place there (step.pack: none for
+                    # ordinary gradients); the outputs are views of the region, so there is no unpack.
                     kind = "pack" if step.kind == "start" else "wait"
+                    if step.kind == "start":
+                        args["packed_bytes"] = sum(node.inputs[k].type.nbytes() for k in step.pack)
                     described.append((f"{kind} {bucket}", kind, "compute", args))
             for node in self.collectives:
                 bucket = timeline.bucket_of(node)
