@@ -129,6 +129,12 @@ class Config:
             "parameters unchanged), the k-th adds its own, divides by k, AllReduces and updates once. With a\n"
             "mean loss that equals one step on a batch k times larger (Paddle's gradient_merge with avg), for\n"
             "1/k of the AllReduces. Combines with zero_stage 1 (the k-th micro-step reduce-scatters).")
+    accumulate_avg: bool = option(
+        True,
+        summary="with `accumulate_steps` k > 1: `true` updates with the mean of the k gradients, `false` with "
+                "their sum (Paddle's gradient_merge `avg`)",
+        doc="With accumulate_steps k > 1: true (the default) updates with the mean of the k micro-batches'\n"
+            "gradients, false with their sum, as Paddle's gradient_merge_configs['avg'] (true or false).")
     timeout_s: float = option(
         60, minimum=0, exclusive_minimum=True,
         summary="longest wait of a collective for the other ranks (and the ccl start-up rendezvous); then every "

@@ -23,17 +23,12 @@ from paddle.framework import in_dynamic_mode
 
 from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
-from . import dygraph
+from . import dygraph, features
 from .config import Config, apply_log_level, resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
 
-# Strategy features that change what is computed or communicated; paddle_ngraph runs
-# plain synchronous data parallelism (gradients AllReduced, then the inner optimizer).
-UNSUPPORTED_FEATURES = ("amp", "recompute", "sharding", "pipeline", "tensor_parallel", "gradient_merge",
-                        "lamb", "lars", "dgc", "localsgd", "adaptive_localsgd", "fp16_allreduce", "asp", "qat",
-                        "sync_batch_norm", "elastic", "auto", "semi_auto", "auto_search", "heter_ccl_mode",
-                        "is_fl_ps_mode")
+# Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
 UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
 # Meta optimizers that implement the plain data parallelism we replace.
@@ -41,7 +36,7 @@ REPLACED = ("RawProgramOptimizer",)
 
 
 def unsupported_features(strategy) -> list[str]:
-    found = [f"strategy.{name}" for name in UNSUPPORTED_FEATURES if getattr(strategy, name, False) is True]
+    found = features.refused(strategy)
     try:
         hybrid = strategy.hybrid_configs
         found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
@@ -54,13 +49,8 @@ def unsupported_features(strategy) -> list[str]:
 def check_strategy(strategy) -> None:
     found = unsupported_features(strategy)
     if found:
-        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}: paddle_ngraph runs plain "
-                          "synchronous data parallelism (gradients averaged by AllReduce, then the optimizer); "
-                          "turn these off, or turn strategy.ngraph off"
-                          + ("; for a sharded optimizer state use strategy.ngraph_configs = {'zero_stage': 1}"
-                             if any("sharding" in f for f in found) else "")
-                          + ("; for gradient merge use strategy.ngraph_configs = {'accumulate_steps': k}"
-                             if "strategy.gradient_merge" in found else ""))
+        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
+                          f"strategy.ngraph off (README: \"Paddle's strategy features\")")
 
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
@@ -71,7 +61,7 @@ def validate_for_fleet(fleet_obj, strategy) -> dict:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
     check_strategy(strategy)
-    return resolve_config(strategy.ngraph_configs)
+    return resolve_config(features.merged_overrides(strategy))
 
 
 class NgraphOptimizer(MetaOptimizerBase):
@@ -102,10 +92,12 @@ class NgraphOptimizer(MetaOptimizerBase):
         from .. import transpile
         from ..distributed import detect_launcher, make_transport
 
-        config = Config(**(self.config or resolve_config(self.user_defined_strategy.ngraph_configs)))
+        strategy = self.user_defined_strategy
+        config = Config(**(self.config or resolve_config(features.merged_overrides(strategy))))
         apply_log_level(config.log_level)
+        inner = features.inner_optimizer(self.inner_opt, strategy)  # lars, lamb: as Paddle's meta optimizers
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
-            optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+            optimize_ops, params_grads = inner.minimize(loss, startup_program, parameter_list, no_grad_set)
         info = detect_launcher()
         self.transport = make_transport(config.transport, timeout_s=config.timeout_s, info=info)
         self.program = loss.block.program
@@ -155,7 +147,7 @@ def ngraph_minimize(fleet_obj, loss, startup_program=None, parameter_list=None, 
             applies = False
         if isinstance(opt, NgraphOptimizer) and applies:
             ours = opt
-        elif applies and type(opt).__name__ not in REPLACED:
+        elif applies and type(opt).__name__ not in REPLACED and type(opt).__name__ not in features.ABSORBED:
             others.append(type(opt).__name__)
         else:
             not_applied.append(opt)

@@ -106,8 +106,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
-                                                      "compress", "accumulate_steps", "timeout_s",
-                                                      "sync_batch_norm")}
+                                                      "compress", "accumulate_steps", "accumulate_avg",
+                                                      "timeout_s", "sync_batch_norm")}
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
@@ -191,7 +191,7 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         # The apply variant takes the function's place: the collective passes below rewrite it
         # (AllReduce, or ZeRO-1's reduce-scatter/update/allgather of the averaged accumulated
         # gradients); the accumulate variant, built after them, has no collective.
-        function, accumulators = build_apply(original, accumulate_steps)
+        function, accumulators = build_apply(original, accumulate_steps, settings["accumulate_avg"])
     passes, sharding = [], None
     if transport.size > 1:
         skip = {n for n, v in view.vars.items() if v.is_distributed}

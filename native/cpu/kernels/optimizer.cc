@@ -269,19 +269,20 @@ class LambKernel : public Kernel {
     const int64_t n = in[0].numel();
     const int threads = threads_for(4 * n);
 
-    // Pass 1: moments, and the step r, kept in the parameter output; the norms' sums of squares.
+    // The step r, from the new moments and the parameter. The parameter output may be the
+    // parameter's own buffer (updated in place), so r is not stored: pass 2 computes it again,
+    // reading p[i] before writing po[i], with the same operations (the same bits).
+    auto step_at = [&](int64_t i) {
+      return (m1o[i] / d1) / (std::sqrt(m2o[i] / d2) + eps) + decay * p[i];
+    };
+    // Pass 1: moments; the norms' sums of squares.
     double p_sq = 0.0, s_sq = 0.0;
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) reduction(+ : p_sq, s_sq)
     for (int64_t i = 0; i < n; ++i) {
       const T gi = g[i], pi = p[i];
-      const T m1_out = beta1 * m1[i] + omb1 * gi;
-      const T m2_out = beta2 * m2[i] + omb2 * gi * gi;
-      m1o[i] = m1_out;
-      m2o[i] = m2_out;
-      const T m1_hat = m1_out / d1;
-      const T m2_hat = m2_out / d2;
-      const T step = m1_hat / (std::sqrt(m2_hat) + eps) + decay * pi;
-      po[i] = step;
+      m1o[i] = beta1 * m1[i] + omb1 * gi;
+      m2o[i] = beta2 * m2[i] + omb2 * gi * gi;
+      const T step = step_at(i);
       p_sq += static_cast<double>(pi) * static_cast<double>(pi);
       s_sq += static_cast<double>(step) * static_cast<double>(step);
     }
@@ -294,7 +295,7 @@ class LambKernel : public Kernel {
     const T scale = lr * ratio;
     // Pass 2: param - lr * ratio * r.
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * po[i];
+    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * step_at(i);
     update_pow<T>(in[5], out[3], beta1);
     update_pow<T>(in[6], out[4], beta2);
   }
