@@ -272,21 +272,23 @@ class LambKernel : public Kernel {
     const int64_t n = in[0].numel();
     const int threads = threads_for(4 * n);
 
-    // Pass 1: moments, and the step r, kept in the parameter output; the norms' sums of squares.
+    // r = m1_hat / (sqrt(m2_hat) + eps) + decay * param, from the new moments.
+    auto step = [&](int64_t i) {
+      const T m1_hat = m1o[i] / d1;
+      const T m2_hat = m2o[i] / d2;
+      return m1_hat / (std::sqrt(m2_hat) + eps) + decay * p[i];
+    };
+    // Pass 1: the moments; the norms' sums of squares. The parameter output is not written yet:
+    // the engine may give it the parameter's own buffer (passes/liveness.py), which pass 2 reads.
     double p_sq = 0.0, s_sq = 0.0;
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) reduction(+ : p_sq, s_sq)
     for (int64_t i = 0; i < n; ++i) {
       const T gi = g[i], pi = p[i];
-      const T m1_out = beta1 * m1[i] + omb1 * gi;
-      const T m2_out = beta2 * m2[i] + omb2 * gi * gi;
-      m1o[i] = m1_out;
-      m2o[i] = m2_out;
-      const T m1_hat = m1_out / d1;
-      const T m2_hat = m2_out / d2;
-      const T step = m1_hat / (std::sqrt(m2_hat) + eps) + decay * pi;
-      po[i] = step;
+      m1o[i] = beta1 * m1[i] + omb1 * gi;
+      m2o[i] = beta2 * m2[i] + omb2 * gi * gi;
+      const T r = step(i);
       p_sq += static_cast<double>(pi) * static_cast<double>(pi);
-      s_sq += static_cast<double>(step) * static_cast<double>(step);
+      s_sq += static_cast<double>(r) * static_cast<double>(r);
     }
     // Trust ratio ||param|| / ||r||, 1 if either is 0 or the norms are not wanted.
     T ratio = one;
@@ -295,9 +297,10 @@ class LambKernel : public Kernel {
       if (p_norm > T(0) && s_norm > T(0)) ratio = p_norm / s_norm;
     }
     const T scale = lr * ratio;
-    // Pass 2: param - lr * ratio * r.
+    // Pass 2: param - lr * ratio * r, r computed again (the same operations, the same value);
+    // element i of the parameter is read before it is written.
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * po[i];
+    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * step(i);
     update_pow<T>(in[5], out[3], beta1);
     update_pow<T>(in[6], out[4], beta2);
   }
