@@ -42,9 +42,10 @@ from ..ir.ops.collective import COLLECTIVE_OPS, is_statistics
 from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
-# Ops whose every output element depends only on the same element of their inputs (and scalars):
-# an output may share the buffer of an input of the same shape.
-ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"}
+# Updates whose kernels read element i of their inputs before writing element i of an output, and
+# read whole inputs (Lamb's and LARS's norms) only before writing anything: an output may share
+# the buffer of an input of the same shape.
+ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate", "LarsMomentumUpdate"}
 # Collectives whose outputs have the types of their inputs: reduced in place in one region.
 IN_PLACE_COLLECTIVES = {"AllReduce", "Broadcast"}
 

@@ -159,7 +159,13 @@ def make_optimizer(name: str, lr: float):
         return paddle.optimizer.Momentum(lr, momentum=0.9)
     if name == "adam":
         return paddle.optimizer.Adam(lr)
-    raise ValueError(f"unknown optimizer '{name}'; valid: sgd, momentum, adam")
+    # LARS and Lamb with the biases excluded from weight decay (their decay is 0, their step plain).
+    if name == "lars":
+        return paddle.incubate.optimizer.LarsMomentumOptimizer(lr, 0.9, lars_coeff=0.01, lars_weight_decay=0.0005,
+                                                               exclude_from_weight_decay=["b_0"])
+    if name == "lamb":
+        return paddle.optimizer.Lamb(lr, lamb_weight_decay=0.01, exclude_from_weight_decay_fn=lambda p: "b_0" in p.name)
+    raise ValueError(f"unknown optimizer '{name}'; valid: sgd, momentum, adam, lars, lamb")
 
 
 def build_program(model: str = "mnist_mlp", optimizer: str = "sgd", lr: float = 0.03, seed: int = 1,
