@@ -30,14 +30,15 @@ log = logging.getLogger("paddle_ngraph.fleet")
 
 # Strategy features that change what is computed or communicated; paddle_ngraph runs
 # plain synchronous data parallelism (gradients AllReduced, then the inner optimizer).
-UNSUPPORTED_FEATURES = ("amp", "recompute", "sharding", "pipeline", "tensor_parallel", "gradient_merge",
+UNSUPPORTED_FEATURES = ("amp", "sharding", "pipeline", "tensor_parallel", "gradient_merge",
                         "lamb", "lars", "dgc", "localsgd", "adaptive_localsgd", "fp16_allreduce", "asp", "qat",
                         "sync_batch_norm", "elastic", "auto", "semi_auto", "auto_search", "heter_ccl_mode",
                         "is_fl_ps_mode")
 UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
-# Meta optimizers that implement the plain data parallelism we replace.
-REPLACED = ("RawProgramOptimizer",)
+# Meta optimizers that implement the plain data parallelism we replace, or a feature the engine
+# implements itself from the strategy (recompute: recompute_overrides).
+REPLACED = ("RawProgramOptimizer", "RecomputeOptimizer")
 
 
 def unsupported_features(strategy) -> list[str]:
@@ -63,6 +64,21 @@ def check_strategy(strategy) -> None:
                              if "strategy.gradient_merge" in found else ""))
 
 
+def recompute_overrides(strategy) -> dict:
+    """``strategy.recompute`` with ``recompute_configs['checkpoints']`` as configuration overrides:
+    the engine recomputes (passes/recompute.py) instead of Paddle's RecomputeOptimizer. Empty
+    checkpoints: no recompute, as in Paddle. Offloading checkpoints to pinned host memory has no
+    meaning on CPU, where they are in host memory already: ignored with a warning."""
+    if not getattr(strategy, "recompute", False):
+        return {}
+    configs = strategy.recompute_configs
+    if configs.get("enable_offload"):
+        log.warning("strategy.recompute_configs['enable_offload']: ignored (the checkpoints are in host memory "
+                    "already on CPU)")
+    checkpoints = list(configs.get("checkpoints") or [])
+    return {"recompute_checkpoints": checkpoints} if checkpoints else {}
+
+
 def validate_for_fleet(fleet_obj, strategy) -> dict:
     """Everything that can be checked before minimize; returns the effective configuration."""
     if getattr(fleet_obj, "_role_maker", None) is None:
@@ -71,7 +87,8 @@ def validate_for_fleet(fleet_obj, strategy) -> dict:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
     check_strategy(strategy)
-    return resolve_config(strategy.ngraph_configs)
+    # ngraph_configs, set for the engine, take precedence over the strategy's own features.
+    return resolve_config({**recompute_overrides(strategy), **strategy.ngraph_configs})
 
 
 class NgraphOptimizer(MetaOptimizerBase):
@@ -102,7 +119,8 @@ class NgraphOptimizer(MetaOptimizerBase):
         from .. import transpile
         from ..distributed import detect_launcher, make_transport
 
-        config = Config(**(self.config or resolve_config(self.user_defined_strategy.ngraph_configs)))
+        config = Config(**(self.config or resolve_config({**recompute_overrides(self.user_defined_strategy),
+                                                          **self.user_defined_strategy.ngraph_configs})))
         apply_log_level(config.log_level)
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
             optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
