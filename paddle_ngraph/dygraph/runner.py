@@ -409,6 +409,10 @@ def check_options(config: dict):
     if config.get("accumulate_steps", 1) != 1:
         raise ConfigError("accumulate_steps: in dygraph, accumulate with `with model.no_sync():` for the first k-1 "
                           "micro-batches (as with paddle.DataParallel); accumulate_steps must be 1")
+    if config.get("recompute_checkpoints"):
+        raise ConfigError("recompute_checkpoints: names forward variables of a static program; a dygraph Layer's "
+                          "captured program has none to name (use paddle.distributed.fleet.utils.recompute in "
+                          "the Layer instead); recompute_checkpoints must be empty")
     if config.get("sync_batch_norm", False):
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")

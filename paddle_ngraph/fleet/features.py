@@ -8,7 +8,7 @@ each feature is either mapped onto what the engine does, with Paddle's semantics
 
 - configuration: ``gradient_merge`` -> ``accumulate_steps``/``accumulate_avg``; ``sharding``
   stage 1 -> ``zero_stage`` 1; ``fp16_allreduce`` -> ``compress: fp16``; ``sync_batch_norm``
-  -> ``sync_batch_norm``. Keys set in ``strategy.ngraph_configs`` win over these (logged once).
+  -> ``sync_batch_norm``; ``recompute`` -> ``recompute_checkpoints``. Keys set in ``strategy.ngraph_configs`` win over these (logged once).
 - the inner optimizer, as Paddle's ``LarsOptimizer``/``LambOptimizer`` meta optimizers build
   it: ``lars`` turns Momentum into ``LarsMomentumOptimizer``, ``lamb`` turns Adam into ``Lamb``.
 
@@ -33,7 +33,7 @@ FEATURES: dict[str, str | None] = {
     "lamb": None,
     "localsgd": "not available yet with strategy.ngraph",
     "adaptive_localsgd": "not available yet with strategy.ngraph",
-    "recompute": "not available yet with strategy.ngraph",
+    "recompute": None,
     "amp": "mixed precision is not available on the engine (float32 training)",
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
     "pipeline": "pipeline parallelism: paddle_ngraph runs data parallelism",
@@ -49,7 +49,8 @@ FEATURES: dict[str, str | None] = {
 }
 # Paddle's meta optimizers whose work the engine does when their feature is mapped.
 ABSORBED = {"GradientMergeOptimizer": "gradient_merge", "ShardingOptimizer": "sharding",
-            "FP16AllReduceOptimizer": "fp16_allreduce", "LarsOptimizer": "lars", "LambOptimizer": "lamb"}
+            "FP16AllReduceOptimizer": "fp16_allreduce", "LarsOptimizer": "lars", "LambOptimizer": "lamb",
+            "RecomputeOptimizer": "recompute"}
 HYBRID_DEGREES = ("mp_degree", "pp_degree", "dp_degree")
 _SAID: set = set()  # conflicts already logged
 
@@ -89,7 +90,20 @@ def config_overrides(strategy) -> dict:
         overrides["compress"] = "fp16"
     if enabled(strategy, "sync_batch_norm"):
         overrides["sync_batch_norm"] = True
+    if enabled(strategy, "recompute"):
+        overrides.update(recompute_overrides(strategy.recompute_configs))
     return overrides
+
+
+def recompute_overrides(configs) -> dict:
+    """``recompute_configs['checkpoints']``: the engine recomputes (passes/recompute.py) instead of
+    Paddle's RecomputeOptimizer. No checkpoints: no recompute, as in Paddle. Offloading checkpoints
+    to pinned host memory has no meaning on CPU, where they are in host memory already: ignored."""
+    if configs.get("enable_offload"):
+        log.warning("strategy.recompute_configs['enable_offload']: ignored (the checkpoints are in host memory "
+                    "already on CPU)")
+    checkpoints = list(configs.get("checkpoints") or [])
+    return {"recompute_checkpoints": checkpoints} if checkpoints else {}
 
 
 def merged_overrides(strategy) -> dict:

@@ -31,7 +31,8 @@ log = logging.getLogger("paddle_ngraph.fleet")
 # Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
 UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
-# Meta optimizers that implement the plain data parallelism we replace.
+# Meta optimizers that implement the plain data parallelism we replace (those of the features the
+# engine implements itself: features.ABSORBED).
 REPLACED = ("RawProgramOptimizer",)
 
 

@@ -11,14 +11,14 @@ import pytest
 
 import paddle_ngraph
 from paddle_ngraph import ConfigError
+from paddle_ngraph.config import valid_keys
 from paddle_ngraph.fleet import config as cfg
 from paddle_ngraph.quiet import quiet_env
 
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VALID_KEYS = ("valid keys: accumulate_steps, backend, bucket_mb, check_finite, compress, fallback, hierarchical, log_level, min_buckets, reduction, threads, "
-              "timeout_s, transport, zero_stage")
+VALID_KEYS = "valid keys: " + valid_keys()
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +120,8 @@ def test_defaults():
     assert cfg.resolve_config({}) == {"backend": "CPU", "transport": "auto", "bucket_mb": 32, "min_buckets": 4,
                                       "reduction": "avg", "compress": "none", "threads": 0, "check_finite": False, "timeout_s": 60,
                                       "log_level": "WARNING", "zero_stage": 0, "hierarchical": "auto",
-                                      "accumulate_steps": 1, "fallback": True}
+                                      "accumulate_steps": 1, "fallback": True, "sync_batch_norm": False,
+                                      "recompute_checkpoints": ()}
 
 
 def test_precedence(tmp_path, monkeypatch):
@@ -266,7 +267,7 @@ def test_without_the_flag_paddle_chooses_as_before(static_fleet):
     assert not any("ngraph_engine" in t for t in _op_types(main))
 
 
-@pytest.mark.parametrize("feature,value", [("amp", True), ("recompute", True), ("sharding", True),
+@pytest.mark.parametrize("feature,value", [("amp", True), ("sharding", True),
                                            ("pipeline", True), ("gradient_merge", True), ("lamb", True),
                                            ("lars", True), ("dgc", True), ("localsgd", True)])
 def test_features_it_cannot_honour_are_refused_by_name(static_fleet, feature, value):

@@ -204,6 +204,12 @@ class CPUExecutable(Executable):
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
 
     @property
+    def peak_bytes(self) -> int | None:
+        """The memory plan's arena of the last call's specialization: every intermediate value of a
+        step lives in it (parameters and feeds are the caller's); None before the first call."""
+        return self.last.memory.arena_bytes if self.last is not None else None
+
+    @property
     def communicator(self) -> str:
         """How the last step's native allreduce reached the other ranks (e.g. hierarchical)."""
         return self.last.native.communicator if self.last is not None else "none"
