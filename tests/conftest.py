@@ -32,3 +32,16 @@ def backend(request):
     if skipped:
         pytest.skip(skipped)
     return request.param
+
+
+@pytest.fixture
+def dynamic_mode():
+    """Dygraph mode for one test; the mode before it is restored (other tests build static programs,
+    and switching at import would switch every module collected after)."""
+    import paddle
+
+    was_static = not paddle.in_dynamic_mode()
+    paddle.disable_static()
+    yield
+    if was_static:
+        paddle.enable_static()

@@ -13,7 +13,8 @@ from paddle import nn
 import paddle_ngraph
 from paddle_ngraph.dygraph.runner import LayerEngine
 
-paddle.disable_static()
+# Every test here runs in dygraph mode (conftest.dynamic_mode), restored after it.
+pytestmark = pytest.mark.usefixtures("dynamic_mode")
 BACKENDS = ["CPU", "INTERPRETER"]
 
 

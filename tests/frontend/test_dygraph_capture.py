@@ -10,7 +10,8 @@ from paddle_ngraph.backends import get_backend
 from paddle_ngraph.frontend.dygraph import CaptureError, capture, values_leaving_graph
 from paddle_ngraph.passes.insert_allreduce import average_gradient_results
 
-paddle.disable_static()
+# Every test here runs in dygraph mode (conftest.dynamic_mode), restored after it.
+pytestmark = pytest.mark.usefixtures("dynamic_mode")
 
 
 class Net(nn.Layer):
