@@ -12,8 +12,9 @@ AllReduce at all), a ``communicate`` block run under a condition on a step count
 
 ``communicate``, for every parameter, with a snapshot the startup program set to the initial
 parameter: ``param = snapshot - param``; ``all_reduce(param, sum)``; ``param = param * (1/N)``
-(``scale``); ``param = snapshot - param``; ``snapshot = param``. Only parameters: optimizer state
-(Momentum's velocity) stays each rank's own.
+(``scale``); ``param = snapshot - param``; ``snapshot = param``. Every parameter of the block
+(``iter_parameters``): the trained ones and the non-trainable ones such as batch norm's running
+mean and variance; not optimizer state (Momentum's velocity stays each rank's own).
 
 Adaptive: at step 1, ``loss_0`` = the loss averaged over the ranks (all_reduce sum, scale 1/N)
 and ``lr_0`` = the learning rate; at every communicate after ``begin_step``, with ``avg_loss`` the
@@ -31,8 +32,9 @@ From the training function this builds, on copies:
 The Engine holds the step counter, ``last_step``, ``k_steps`` and the snapshots (NumPy arrays it
 sets to the parameters at the first step, after the start-up broadcast, and after every sync step:
 Paddle's ``snapshot = param``); it averages the loss for the adaptive rule with one AllReduce of
-one value (``LOSS_RESULT``, ``LR_RESULT`` are results of both variants). Parameters that no update
-changes are left out: for them Paddle's arithmetic gives ``snapshot - 0``, the parameter itself.
+one value (``LOSS_RESULT``, ``LR_RESULT`` are results of both variants). Parameters the function
+does not change are left out: for them Paddle's arithmetic gives ``snapshot - 0``, the parameter
+itself.
 """
 from __future__ import annotations
 
@@ -100,8 +102,8 @@ def next_k_steps(init_k_steps: int, lr_0, loss_0, lr, avg_loss) -> int:
     return int(min(max(int(value), MIN_K_STEPS), MAX_K_STEPS))
 
 
-def averaged_updates(function: Function, skip=()) -> list[OptimizerUpdate]:
-    """The updates whose parameters local SGD averages; refuses what Paddle's local SGD does not cover."""
+def supported_updates(function: Function) -> list[OptimizerUpdate]:
+    """The function's optimizer updates; refuses what Paddle's local SGD does not cover."""
     updates = [n for n in function.ordered_nodes() if isinstance(n, OptimizerUpdate)]
     if not updates:
         raise ConfigError(f"localsgd_k_steps: function '{function.name}' has no optimizer update (local SGD "
@@ -116,7 +118,7 @@ def averaged_updates(function: Function, skip=()) -> list[OptimizerUpdate]:
     if len(set(params)) != len(params):
         duplicate = next(n for n in params if params.count(n) > 1)
         raise ValidationError(f"localsgd_k_steps: parameter '{duplicate}' has more than one optimizer update")
-    return [u for u in updates if u.inputs[u.param_input].node.name not in set(skip)]
+    return updates
 
 
 def with_adaptive_results(function: Function, loss: Output) -> Function:
@@ -126,7 +128,7 @@ def with_adaptive_results(function: Function, loss: Output) -> Function:
     if loss.type.num_elements() != 1 or not loss.dtype.is_float:
         raise ConfigError(f"localsgd_adaptive: the loss '{loss.node.name}' must be one floating-point value, got "
                           f"{loss.type}")
-    updates = averaged_updates(function)
+    updates = supported_updates(function)
     rates = [u.inputs[u.lr_input] for u in updates]
     lr = next((r for r in rates if isinstance(r.node, Parameter)), rates[0])
     return Function(function.parameters, {**function.results, LOSS_RESULT: loss, LR_RESULT: lr}, name=function.name)
@@ -140,21 +142,23 @@ def build_local(function: Function) -> Function:
 
 def build_sync(function: Function, nranks: int, bucket_bytes: int = 0, min_buckets: int = 1,
                skip=()) -> tuple[Function, list[str], list[Parameter]]:
-    """The variant of the averaging steps; returns it, the averaged parameters and their snapshots.
-    ``skip``: parameters left alone (Paddle's ``is_distributed`` ones)."""
+    """The variant of the averaging steps; returns it, the averaged parameters and their snapshots:
+    the Paddle parameters (role ``parameter``) the function changes, updated by the optimizer or
+    not (batch norm's running statistics). ``skip``: parameters left alone (Paddle's
+    ``is_distributed`` ones)."""
     copy = clone_function(function)
-    updates = averaged_updates(copy, skip)
+    supported_updates(copy)
     results = dict(copy.results)
     entries = []  # (parameter name, new value, snapshot)
-    for update in updates:
-        name = update.inputs[update.param_input].node.name
-        value = results.get(STATE_PREFIX + name)
-        if value is None:  # pragma: no cover - an update always writes its parameter back
-            raise ValidationError(f"localsgd: the update of '{name}' returns no new value")
+    for param in copy.parameters:
+        value = results.get(STATE_PREFIX + param.name)
+        if param.attrs["role"] != "parameter" or value is None or param.name in set(skip):
+            continue
+        name = param.name
         snapshot = Parameter(name=SNAPSHOT_PREFIX + name, dtype=value.dtype.value, shape=tuple(value.shape),
                              role="snapshot")
         entries.append((name, value, snapshot))
-    # Ready order, as the gradient buckets: the updates' creation order.
+    # Ready order, as the gradient buckets: the new values' creation order.
     entries.sort(key=lambda e: (e[1].node.id, e[0]))
     deltas = [Subtract(snap.output(), value, name=f"localsgd_delta_{name}").output()
               for name, value, snap in entries]

@@ -20,7 +20,7 @@ from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
-from ..passes.local_sgd import LocalSGD, averaged_updates, build_local, build_sync, with_adaptive_results
+from ..passes.local_sgd import LocalSGD, supported_updates, build_local, build_sync, with_adaptive_results
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
@@ -195,7 +195,7 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     skip = {n for n, v in view.vars.items() if v.is_distributed}
     localsgd = None
     if localsgd_on:
-        averaged_updates(function)  # refuses what Paddle's local SGD does not cover, on one process too
+        supported_updates(function)  # refuses what Paddle's local SGD does not cover, on one process too
     if localsgd_on and transport.size > 1:  # as Paddle's _can_apply: one rank trains as it is
         if settings["localsgd_adaptive"]:
             function = with_adaptive_results(function, _loss_value(view, session))

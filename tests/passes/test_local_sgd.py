@@ -11,7 +11,7 @@ from paddle_ngraph import Config
 from paddle_ngraph.errors import ConfigError
 from paddle_ngraph.frontend import STATE_PREFIX, decode, loss_name
 from paddle_ngraph.ir.ops.optimizer import OptimizerUpdate
-from paddle_ngraph.passes.local_sgd import (SNAPSHOT_PREFIX, averaged_updates, build_local, build_sync,
+from paddle_ngraph.passes.local_sgd import (SNAPSHOT_PREFIX, supported_updates, build_local, build_sync,
                                             initial_last_step, next_k_steps, synchronizes)
 from paddle_ngraph.transpiler import engines
 from paddle_ngraph.zoo.models import build_program
@@ -92,6 +92,16 @@ def test_sync_averages_only_the_updated_parameters_through_their_snapshots():
     assert [p.name for p in local.parameters] == [p.name for p in original.parameters]
 
 
+def test_sync_averages_batch_norms_running_statistics_too_as_paddles_iter_parameters():
+    main, _, _, _ = build_program("resnet_small", "momentum")
+    original = paddle_ngraph.convert(main)
+    _, params, _ = build_sync(original, 2)
+    updated = {u.inputs[u.param_input].node.name for u in updates(original)}
+    running = set(params) - updated
+    assert running and all(n.startswith("batch_norm") and n.endswith(("w_1", "w_2")) for n in running)
+    assert updated <= set(params) and not [n for n in params if "velocity" in n]
+
+
 def test_sync_buckets_the_differences_like_the_gradients():
     sync, params, _ = build_sync(converted("sgd"), 2, bucket_bytes=32 << 20, min_buckets=2)
     buckets = [n for n in sync.ordered_nodes() if n.op_type == "AllReduce"]
@@ -101,7 +111,7 @@ def test_sync_buckets_the_differences_like_the_gradients():
 
 def test_adam_is_refused_as_paddles_local_sgd_covers_sgd_and_momentum():
     with pytest.raises(ConfigError, match="SGD and Momentum.*AdamUpdate of"):
-        averaged_updates(converted("adam"))
+        supported_updates(converted("adam"))
 
 
 @pytest.mark.parametrize("ir", ["pir", "legacy"])
