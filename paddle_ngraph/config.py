@@ -136,10 +136,10 @@ class Config:
         doc="Local SGD (an integer >= 0; 0 = off), as Paddle's LocalSGDOptimizer (strategy.localsgd,\n"
             "localsgd_configs k_steps) defines it: from step localsgd_begin_step + 1 on, each rank updates its\n"
             "parameters with its own gradients (no collective), and every k steps the parameters are averaged\n"
-            "over the ranks (param = snapshot - AllReduce_sum(snapshot - param) / N, snapshot = param). Steps\n"
-            "1..localsgd_begin_step average the parameters after every update. Optimizer state (momentum\n"
-            "velocities) stays each rank's own. SGD and Momentum only, as Paddle. With localsgd_adaptive, the\n"
-            "first k (Paddle's adaptive_localsgd_configs init_k_steps).")
+            "over the ranks (param = snapshot - AllReduce_sum(snapshot - param) * (1/N), snapshot = param). Steps\n"
+            "1..localsgd_begin_step average the parameters after every update. Batch norm's running statistics\n"
+            "are averaged too; optimizer state (momentum velocities) stays each rank's own. SGD and Momentum\n"
+            "only, as Paddle. With localsgd_adaptive, the first k (adaptive_localsgd_configs init_k_steps).")
     localsgd_begin_step: int = option(
         1, minimum=0,
         summary="local SGD: steps 1..n average the parameters after every update (Paddle's `begin_step`)",

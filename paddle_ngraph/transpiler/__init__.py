@@ -20,7 +20,7 @@ from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
-from ..passes.local_sgd import LocalSGD, supported_updates, build_local, build_sync, with_adaptive_results
+from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
