@@ -28,8 +28,10 @@ from .ir.ops.collective import COMPRESSIONS
 TRANSPORTS = ("auto", "mpi", "ccl", "mlsl", "null")
 REDUCTIONS = ("avg", "sum")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_KINDS = {str: "str", int: "int", float: "number", bool: "bool"}
-_TYPE_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false"}
+# tuple: a list of names (YAML: a list; environment: comma-separated), held as a tuple of strings.
+_KINDS = {str: "str", int: "int", float: "number", bool: "bool", tuple: "names"}
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
+               "names": "a list of names (strings)"}
 
 
 def _backends() -> list[str]:
@@ -129,6 +131,12 @@ class Config:
             "parameters unchanged), the k-th adds its own, divides by k, AllReduces and updates once. With a\n"
             "mean loss that equals one step on a batch k times larger (Paddle's gradient_merge with avg), for\n"
             "1/k of the AllReduces. Combines with zero_stage 1 (the k-th micro-step reduce-scatters).")
+    accumulate_avg: bool = option(
+        True,
+        summary="with `accumulate_steps` k > 1: `true` updates with the mean of the k gradients, `false` with "
+                "their sum (Paddle's gradient_merge `avg`)",
+        doc="With accumulate_steps k > 1: true (the default) updates with the mean of the k micro-batches'\n"
+            "gradients, false with their sum, as Paddle's gradient_merge_configs['avg'] (true or false).")
     localsgd_k_steps: int = option(
         0, minimum=0,
         summary="k >= 1: local SGD as Paddle's `strategy.localsgd` (`k_steps`): each rank updates with its own "
@@ -189,6 +197,18 @@ class Config:
             "all ranks, as Paddle's sync_batch_norm defines them (per-channel sums AllReduced in the forward and\n"
             "the backward pass), so N ranks with batch B equal one process with batch N x B, running statistics\n"
             "included (true or false). Paddle's own sync_batch_norm ops are converted so in any case.")
+    recompute_checkpoints: tuple = option(
+        (),
+        summary="forward variables kept for the backward pass; the activations computed before the last of them "
+                "are recomputed in backward from the nearest kept ones instead of kept (Paddle's "
+                "`recompute_configs['checkpoints']`; see \"Recompute\"); empty = off",
+        doc="Recompute (Paddle's strategy.recompute with recompute_configs['checkpoints']): names of forward\n"
+            "variables to keep for the backward pass. Forward activations computed before the last checkpoint\n"
+            "are not kept: the backward pass recomputes them from the nearest kept values (checkpoints,\n"
+            "parameters, feeds) just before it needs them, with the same kernels on the same inputs, so the\n"
+            "results are bitwise those without recompute and the CPU backend's memory plan needs a smaller\n"
+            "arena. Dropout masks are kept, never redrawn. A list (environment variable: comma-separated);\n"
+            "a name that is not a forward variable of the program is a ConfigError at transpile. Empty: off.")
     log_level: str = option(
         "WARNING", choices=LOG_LEVELS, case="upper",
         summary="of the `paddle_ngraph` logger",
@@ -247,6 +267,8 @@ def validate_value(key: str, value, source: str):
     if key not in FIELDS:
         raise UnknownConfigKeyError(f"{source}: unknown key '{key}'; valid keys: {valid_keys()}")
     meta, value_kind = FIELDS[key].metadata, kind(key)
+    if value_kind == "names":
+        return _validate_names(key, value, source)
     if value_kind == "str":
         ok = isinstance(value, str)
     elif value_kind == "bool":
@@ -274,6 +296,20 @@ def validate_value(key: str, value, source: str):
             bound = f"> {minimum:g}" if meta["exclusive_minimum"] else f">= {minimum:g}"
             raise ConfigError(f"{source}: '{key}' must be {bound}, got {value!r}")
     return value
+
+
+def _validate_names(key: str, value, source: str) -> tuple:
+    """A list of names as a tuple of stripped, distinct strings in their order."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{source}: '{key}' must be {type_name(key)}, got {type(value).__name__} {value!r}")
+    names = []
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f"{source}: '{key}' must be {type_name(key)}; got the item {item!r} "
+                              f"({type(item).__name__})")
+        if item.strip() not in names:
+            names.append(item.strip())
+    return tuple(names)
 
 
 def validate(config, source: str) -> dict:

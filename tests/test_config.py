@@ -43,7 +43,7 @@ def test_resolved_fleet_defaults_are_the_dataclass_defaults():
 
 def test_every_field_is_documented_and_typed():
     for f in dataclasses.fields(Config):
-        assert f.type in (str, int, float, bool), f.name
+        assert f.type in (str, int, float, bool, tuple), f.name
         assert f.metadata["doc"].strip() and f.metadata["summary"].strip(), f.name
 
 

@@ -30,6 +30,10 @@ rank, and the machine's sgemm GFLOP/s and memcpy GB/s measured in the same run, 
 model's FLOP-bound step time. Then tools/bench_allreduce.py on 2 ranks (allreduce bus bandwidth
 by message size: the CPU backend's native path, uncompressed and with bf16/fp16 compression, the
 transports, bare mpi4py). --compress bf16|fp16 runs the ngraph systems with compressed gradients.
+--recompute on|both runs the ngraph systems with recompute (the layer outputs of each model as
+checkpoints, paddle_ngraph.zoo.models.checkpoint_names), "both" next to the same runs without; the
+peak memory of a step is reported as the engine's arena (the CPU backend's memory plan; for the
+INTERPRETER the most bytes of intermediate values alive at once) next to the peak RSS.
 
 Output: --out (JSON), the same table as Markdown (--out with .md), and PNG plots (matplotlib):
 <out>_throughput.png (samples/s per model, system and rank count) and <out>_allreduce.png.
@@ -81,9 +85,13 @@ def worker(args) -> dict:
             import paddle_ngraph
             from paddle_ngraph.transpiler import engines
 
+            from paddle_ngraph.zoo.models import checkpoint_names
+
             backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
+            checkpoints = checkpoint_names(args.model, main) if args.recompute == "on" else []
             paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage,
-                                    compress=args.compress, accumulate_steps=int(args.accumulate_steps))
+                                    compress=args.compress, accumulate_steps=int(args.accumulate_steps),
+                                    recompute_checkpoints=checkpoints)
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
@@ -112,7 +120,11 @@ def worker(args) -> dict:
                 repeat["comm_ms_per_step"] = 1e3 * engine.comm_seconds / args.steps
             repeats.append(repeat)
         state_mb = optimizer_state_bytes(scope, engine) / 2**20
-    return {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb(), "optimizer_state_mb": state_mb}
+    result = {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb(), "optimizer_state_mb": state_mb}
+    peak = engine.executable.peak_bytes if engine is not None else None
+    if peak is not None:
+        result["arena_mb"] = peak / 2**20
+    return result
 
 
 def optimizer_state_bytes(scope, engine) -> int:
@@ -281,20 +293,20 @@ def unsupported(system: str, model: str, ranks: int) -> str | None:
     return None
 
 
-def run_config(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
+def run_config(system, model, ranks, args, accumulate_steps: int = 1, recompute: str = "off") -> dict:
     """One configuration; a failed run is tried once more, and the first failure is kept in the result
     (torchrun's gloo rendezvous, for one, fails now and then on a loaded machine)."""
     reason = unsupported(system, model, ranks)
     if reason:
         return {"status": "not run", "reason": reason}
-    result = run_once(system, model, ranks, args, accumulate_steps)
+    result = run_once(system, model, ranks, args, accumulate_steps, recompute)
     for _ in range(args.retries):
         if result["status"] != "failed":
             break
         first = result["reason"]
         print(f"failed ({first[-200:]}); trying once more...", end=" ", file=sys.stderr, flush=True)
         time.sleep(5)  # let the failed run's sockets and processes go
-        result = run_once(system, model, ranks, args, accumulate_steps)
+        result = run_once(system, model, ranks, args, accumulate_steps, recompute)
         result["earlier_failure"] = first
     return result
 
@@ -305,12 +317,12 @@ def outcome(result: dict) -> str:
     return f"{result['status']}: {result['reason'][-200:]}"
 
 
-def run_once(system, model, ranks, args, accumulate_steps: int = 1) -> dict:
+def run_once(system, model, ranks, args, accumulate_steps: int = 1, recompute: str = "off") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
-                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps)]
+                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps), "--recompute", recompute]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
         env = quiet_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
         try:
@@ -340,6 +352,8 @@ def summarize(results: list[dict], ranks: int, batch: int) -> dict:
            "samples_per_s": ranks * batch * 1e3 / ms, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
     if "optimizer_state_mb" in results[0]:
         out["optimizer_state_mb"] = max(r["optimizer_state_mb"] for r in results)
+    if "arena_mb" in results[0]:
+        out["arena_mb"] = max(r["arena_mb"] for r in results)
     hidden = [rep["hidden_share"] for r in results for rep in r["repeats"] if "hidden_share" in rep]
     if hidden:
         out["hidden_share"] = float(np.median(hidden))
@@ -428,13 +442,15 @@ def print_table(report: dict):
             note += f" optimizer state {r['optimizer_state_mb']:.2f} MB/rank"
         if "comm_share" in r:
             note += f" comm {100 * r['comm_share']:.0f}% of the step"
+        if "arena_mb" in r:
+            note += f" arena {r['arena_mb']:.2f} MB"
         print(f"{row['model']:18s} {system_label(row):14s} {row['ranks']:5d} {r['ms_per_step']:9.2f} {spread:>15s} "
               f"{r['samples_per_s']:10.0f} {scaling:>7s} {hidden:>6s} {r['peak_rss_mb']:7.0f}  {note}")
 
 
 def system_label(row: dict) -> str:
     k = row.get("accumulate_steps", 1)
-    return row["system"] + (f" k={k}" if k > 1 else "")
+    return row["system"] + (f" k={k}" if k > 1 else "") + (" rc" if row.get("recompute") == "on" else "")
 
 
 def run_allreduce_bench(args) -> list:
@@ -458,22 +474,23 @@ def write_markdown(report: dict, path: str):
     lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
              f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
              f"{report['optimizer']}, median of {report['repeats']} repeats of {report['steps']} steps.", "",
-             "| model | system | ranks | ms/step | spread | samples/s | scaling | hidden comm | comm share | peak RSS MB | FLOP bound ms |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| model | system | ranks | ms/step | spread | samples/s | scaling | hidden comm | comm share | peak RSS MB | arena MB | FLOP bound ms |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in report["results"]:
         r = row["result"]
         if r["status"] != "ok":
-            lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | | |")
+            lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | {r['status']}: {r['reason']} | | | | | | | | |")
             continue
         if "earlier_failure" in r:
             lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | first try failed: "
-                         f"{r['earlier_failure'][-150:]} | | | | | | | |")
+                         f"{r['earlier_failure'][-150:]} | | | | | | | | |")
         lines.append(f"| {row['model']} | {system_label(row)} | {row['ranks']} | {r['ms_per_step']:.2f} | "
                      f"{r['ms_spread'][0]:.2f}-{r['ms_spread'][1]:.2f} | {r['samples_per_s']:.0f} | "
                      f"{r.get('scaling', float('nan')):.2f} | "
                      f"{(str(round(100 * r['hidden_share'])) + '%') if 'hidden_share' in r else ''} | "
                      f"{(str(round(100 * r['comm_share'])) + '%') if 'comm_share' in r else ''} | "
-                     f"{r['peak_rss_mb']:.0f} | {r.get('flop_bound_ms', float('nan')):.2f} |")
+                     f"{r['peak_rss_mb']:.0f} | {(format(r['arena_mb'], '.2f')) if 'arena_mb' in r else ''} | "
+                     f"{r.get('flop_bound_ms', float('nan')):.2f} |")
     if report.get("allreduce"):
         lines += ["", "Allreduce, 2 ranks, float32 sum (bus GB/s = 2(n-1)/n x bytes / time):", "",
                   "| system | bytes | ms | bus GB/s |", "| --- | ---: | ---: | ---: |"]
@@ -552,6 +569,9 @@ def main(argv=None) -> int:
                              "k micro-batches of --batch and one update; other systems run k=1 only")
     parser.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"],
                         help="wire format of the ngraph systems' float32 gradients (the compress key; default none)")
+    parser.add_argument("--recompute", default="off", choices=["off", "on", "both"],
+                        help="recompute in the ngraph systems, with each model's layer outputs as checkpoints; both: "
+                             "with and without, side by side (labelled 'rc')")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     parser.add_argument("--out", default="bench_results.json", help="JSON report (default bench_results.json)")
     parser.add_argument("--smoke", action="store_true", help="2 steps, 1 repeat, batch 8: checks that it runs")
@@ -601,15 +621,17 @@ def main(argv=None) -> int:
               "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "compress": args.compress,
               "limits": limits,
               "results": []}
-    configs = [(model, system, n, k) for model in models for system in systems for n in ranks
-               for k in (accumulate if system.startswith("ngraph") else [1])]
-    for done, (model, system, n, k) in enumerate(configs, start=1):
+    recomputes = {"off": ["off"], "on": ["on"], "both": ["off", "on"]}[args.recompute]
+    configs = [(model, system, n, k, rc) for model in models for system in systems for n in ranks
+               for k in (accumulate if system.startswith("ngraph") else [1])
+               for rc in (recomputes if system.startswith("ngraph") else ["off"])]
+    for done, (model, system, n, k, rc) in enumerate(configs, start=1):
         gflop = model_gflop_per_sample(model)
-        label = f" accumulate_steps {k}" if k > 1 else ""
+        label = (f" accumulate_steps {k}" if k > 1 else "") + (" recompute" if rc == "on" else "")
         # One line per configuration: what runs now, completed with its outcome when it is done.
         print(f"[{done}/{len(configs)}] {model} {system} {n} rank(s){label}...", end=" ", file=sys.stderr, flush=True)
         started = time.monotonic()
-        result = run_config(system, model, n, args, k)
+        result = run_config(system, model, n, args, k, rc)
         print(f"{outcome(result)} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
         if result["status"] == "ok" and gflop:
             # Each rank computes its own batch on its share of the cores.
@@ -617,10 +639,11 @@ def main(argv=None) -> int:
             result["flop_bound_ms"] = 1e3 * gflop * args.batch * k / (limits["sgemm_gflops"] * cores /
                                                                         (os.cpu_count() or 1))
         report["results"].append({"model": model, "system": system, "ranks": n, "accumulate_steps": k,
-                                  "result": result})
+                                  "recompute": rc, "result": result})
     for row in report["results"]:
         base = next((r["result"] for r in report["results"] if r["model"] == row["model"] and r["ranks"] == 1
                      and r.get("accumulate_steps", 1) == row.get("accumulate_steps", 1)
+                     and r.get("recompute", "off") == row.get("recompute", "off")
                      and r["system"] == row["system"].replace("ngraph-ccl", "ngraph-cpu")
                      and r["result"]["status"] == "ok"), None)
         if base and row["result"]["status"] == "ok":

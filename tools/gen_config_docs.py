@@ -51,6 +51,8 @@ def documented_default(f):
 def _yaml_scalar(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple):  # a list of names, in YAML's flow style
+        return "[" + ", ".join(value) + "]"
     return str(value)
 
 
@@ -63,7 +65,7 @@ def render_yaml() -> str:
         lines += [f"# {line}".rstrip() for line in f.metadata["doc"].splitlines()]
         lines.append(f"{f.name}: {_yaml_scalar(documented_default(f))}")
     text = "\n".join(lines) + "\n"
-    expected = {f.name: documented_default(f) for f in _fields()}
+    expected = {f.name: list(d) if isinstance(d, tuple) else d for f in _fields() for d in [documented_default(f)]}
     if yaml.safe_load(text) != expected:  # a default YAML would read as another value or type
         raise SystemExit(f"generated YAML does not read back as the defaults: {yaml.safe_load(text)} != {expected}")
     return text
@@ -79,7 +81,7 @@ def valid_values(f) -> str:
     value_kind = kind(f.name)
     if value_kind == "bool":
         return "`true`, `false`"
-    words = {"int": "integer", "number": "number", "str": "string"}[value_kind]
+    words = {"int": "integer", "number": "number", "str": "string", "names": "list of names"}[value_kind]
     if meta["minimum"] is not None:
         words += f" {'>' if meta['exclusive_minimum'] else '>='} {meta['minimum']:g}"
     return words

@@ -48,6 +48,10 @@ class Executable:
         collectives in submission order, how many were submitted, how many completed)."""
         return [], 0, 0
 
+    #: Peak bytes of a step's intermediate values in the last call (CPU: the planned arena;
+    #: INTERPRETER: the most bytes alive at once); None when unknown or before the first call.
+    peak_bytes = None
+
     tracing = False
 
     def set_tracing(self, on: bool):

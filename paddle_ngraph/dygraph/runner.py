@@ -412,6 +412,10 @@ def check_options(config: dict):
     if config.get("localsgd_k_steps", 0):
         raise ConfigError("localsgd_k_steps: local SGD is for static programs (the engine runs their optimizer "
                           "update); in dygraph the optimizer is yours, so localsgd_k_steps must be 0")
+    if config.get("recompute_checkpoints"):
+        raise ConfigError("recompute_checkpoints: names forward variables of a static program; a dygraph Layer's "
+                          "captured program has none to name (use paddle.distributed.fleet.utils.recompute in "
+                          "the Layer instead); recompute_checkpoints must be empty")
     if config.get("sync_batch_norm", False):
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")

@@ -28,6 +28,8 @@ def _parse_env(key: str, text: str):
     source = f"environment variable {name}"
     if value_kind == "str":
         return validate_value(key, text.strip(), source)
+    if value_kind == "names":  # comma-separated; empty = none
+        return validate_value(key, [n for n in text.split(",") if n.strip()], source)
     if value_kind == "bool":
         words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
         if text.strip().lower() not in words:

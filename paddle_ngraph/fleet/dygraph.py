@@ -16,6 +16,7 @@ import copy
 import logging
 
 from ..errors import ConfigError
+from . import features
 from .config import resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
@@ -36,7 +37,11 @@ def check_dygraph(fleet_obj, strategy) -> dict:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
     check_strategy(strategy)
-    return resolve_config(strategy.ngraph_configs)
+    inner = [f"strategy.{name}" for name in ("lars", "lamb") if features.enabled(strategy, name)]
+    if inner:
+        raise ConfigError(f"{', '.join(inner)} in dygraph mode: the optimizer is yours and runs in Paddle; use "
+                          f"paddle.incubate.optimizer.LarsMomentumOptimizer or paddle.optimizer.Lamb directly")
+    return resolve_config(features.merged_overrides(strategy))
 
 
 def distributed_model(fleet_obj, model):
@@ -45,7 +50,7 @@ def distributed_model(fleet_obj, model):
 
     strategy = strategy_in_effect(fleet_obj)
     check_dygraph(fleet_obj, strategy)
-    wrapped = DataParallel(model, configs=dict(strategy.ngraph_configs))
+    wrapped = DataParallel(model, configs=features.merged_overrides(strategy))
     log.info("rank %d/%d: %s runs on the engine (%s transport)", wrapped.engine.transport.rank,
              wrapped.engine.transport.size, type(model).__name__, wrapped.engine.transport.name)
     return wrapped

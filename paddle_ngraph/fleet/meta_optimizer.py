@@ -23,27 +23,21 @@ from paddle.framework import in_dynamic_mode
 
 from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
-from . import dygraph
+from . import dygraph, features
 from .config import Config, apply_log_level, resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
 
-# Strategy features that change what is computed or communicated; paddle_ngraph runs
-# plain synchronous data parallelism (gradients AllReduced, then the inner optimizer).
-UNSUPPORTED_FEATURES = ("amp", "recompute", "sharding", "pipeline", "tensor_parallel", "gradient_merge",
-                        "lamb", "lars", "dgc", "fp16_allreduce", "asp", "qat",
-                        "sync_batch_norm", "elastic", "auto", "semi_auto", "auto_search", "heter_ccl_mode",
-                        "is_fl_ps_mode")
+# Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
 UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
-# Paddle's meta optimizers of the strategy flags that map onto our keys (localsgd_config).
-LOCALSGD_META_OPTIMIZERS = ("LocalSGDOptimizer", "AdaptiveLocalSGDOptimizer")
-# Meta optimizers that implement the plain data parallelism we replace, or what we implement.
-REPLACED = ("RawProgramOptimizer",) + LOCALSGD_META_OPTIMIZERS
+# Meta optimizers that implement the plain data parallelism we replace (those of the features the
+# engine implements itself: features.ABSORBED).
+REPLACED = ("RawProgramOptimizer",)
 
 
 def unsupported_features(strategy) -> list[str]:
-    found = [f"strategy.{name}" for name in UNSUPPORTED_FEATURES if getattr(strategy, name, False) is True]
+    found = features.refused(strategy)
     try:
         hybrid = strategy.hybrid_configs
         found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
@@ -56,13 +50,8 @@ def unsupported_features(strategy) -> list[str]:
 def check_strategy(strategy) -> None:
     found = unsupported_features(strategy)
     if found:
-        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}: paddle_ngraph runs plain "
-                          "synchronous data parallelism (gradients averaged by AllReduce, then the optimizer); "
-                          "turn these off, or turn strategy.ngraph off"
-                          + ("; for a sharded optimizer state use strategy.ngraph_configs = {'zero_stage': 1}"
-                             if any("sharding" in f for f in found) else "")
-                          + ("; for gradient merge use strategy.ngraph_configs = {'accumulate_steps': k}"
-                             if "strategy.gradient_merge" in found else ""))
+        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
+                          f"strategy.ngraph off (README: \"Paddle's strategy features\")")
 
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
@@ -73,42 +62,7 @@ def validate_for_fleet(fleet_obj, strategy) -> dict:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
     check_strategy(strategy)
-    return resolve_config(strategy_overrides(strategy))
-
-
-def localsgd_config(strategy) -> dict:
-    """The keys ``strategy.localsgd`` / ``strategy.adaptive_localsgd`` and their ``*_configs`` map
-    onto, one to one: k_steps (adaptive: init_k_steps) -> localsgd_k_steps, begin_step ->
-    localsgd_begin_step, adaptive_localsgd -> localsgd_adaptive. Empty when both are off."""
-    plain, adaptive = strategy.localsgd is True, strategy.adaptive_localsgd is True
-    if plain and adaptive:
-        raise ConfigError("strategy.localsgd and strategy.adaptive_localsgd are exclusive (Paddle's meta optimizers "
-                          "black-list each other); turn one off")
-    if not (plain or adaptive):
-        return {}
-    source = "strategy.adaptive_localsgd_configs" if adaptive else "strategy.localsgd_configs"
-    configs = strategy.adaptive_localsgd_configs if adaptive else strategy.localsgd_configs
-    k_key = "init_k_steps" if adaptive else "k_steps"
-    k, begin = int(configs[k_key]), int(configs["begin_step"])
-    if k < 1 or begin < 0:
-        raise ConfigError(f"{source}: {k_key} must be >= 1 and begin_step >= 0, got {k_key} {k}, begin_step {begin}")
-    return {"localsgd_k_steps": k, "localsgd_begin_step": begin, "localsgd_adaptive": adaptive}
-
-
-_LOGGED_PRECEDENCE: set = set()
-
-
-def strategy_overrides(strategy) -> dict:
-    """``strategy.ngraph_configs`` over the keys Paddle's own strategy flags map onto; where both
-    set a key differently, ngraph_configs wins (logged once per key)."""
-    mapped = localsgd_config(strategy)
-    explicit = strategy.ngraph_configs
-    for key in sorted(k for k in mapped if k in explicit and explicit[k] != mapped[k]):
-        if key not in _LOGGED_PRECEDENCE:
-            _LOGGED_PRECEDENCE.add(key)
-            log.warning("strategy.ngraph_configs['%s'] = %r wins over %r from Paddle's strategy flags", key,
-                        explicit[key], mapped[key])
-    return {**mapped, **explicit}
+    return resolve_config(features.merged_overrides(strategy))
 
 
 class NgraphOptimizer(MetaOptimizerBase):
@@ -139,10 +93,12 @@ class NgraphOptimizer(MetaOptimizerBase):
         from .. import transpile
         from ..distributed import detect_launcher, make_transport
 
-        config = Config(**(self.config or resolve_config(strategy_overrides(self.user_defined_strategy))))
+        strategy = self.user_defined_strategy
+        config = Config(**(self.config or resolve_config(features.merged_overrides(strategy))))
         apply_log_level(config.log_level)
+        inner = features.inner_optimizer(self.inner_opt, strategy)  # lars, lamb: as Paddle's meta optimizers
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
-            optimize_ops, params_grads = self.inner_opt.minimize(loss, startup_program, parameter_list, no_grad_set)
+            optimize_ops, params_grads = inner.minimize(loss, startup_program, parameter_list, no_grad_set)
         info = detect_launcher()
         self.transport = make_transport(config.transport, timeout_s=config.timeout_s, info=info)
         self.program = loss.block.program
@@ -192,7 +148,7 @@ def ngraph_minimize(fleet_obj, loss, startup_program=None, parameter_list=None, 
             applies = False
         if isinstance(opt, NgraphOptimizer) and applies:
             ours = opt
-        elif applies and type(opt).__name__ not in REPLACED:
+        elif applies and type(opt).__name__ not in REPLACED and type(opt).__name__ not in features.ABSORBED:
             others.append(type(opt).__name__)
         else:
             not_applied.append(opt)

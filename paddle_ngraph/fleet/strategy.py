@@ -59,8 +59,11 @@ merges it into the keys set before; a wrong key or type raises ConfigError."""
 
 
 def effective_config(strategy) -> dict:
-    """Every configuration key after precedence: ngraph_configs > PADDLE_NGRAPH_<KEY> > file > defaults."""
-    return resolve_config(strategy.ngraph_configs)
+    """Every configuration key after precedence: ngraph_configs > Paddle's strategy features that map onto
+    keys (features.py) > PADDLE_NGRAPH_<KEY> > file > defaults."""
+    from .features import merged_overrides
+
+    return resolve_config(merged_overrides(strategy))
 
 
 def _state(self) -> dict:

@@ -249,6 +249,7 @@ OP_TABLE = {
     "momentum": optimizer.momentum, "pd_op.momentum_": optimizer.momentum,
     "adam": optimizer.adam, "pd_op.adam_": optimizer.adam,
     "adamw": optimizer.adamw, "pd_op.adamw_": optimizer.adamw,
+    "lars_momentum": optimizer.lars_momentum, "pd_op.lars_momentum_": optimizer.lars_momentum,
 }
 
 SKIPPED_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter",

@@ -14,7 +14,7 @@ from ..ir import Function, Output
 from ..ir.ops.core import Parameter
 from .node_context import NodeContext
 from .op_table import OP_TABLE, SKIPPED_OPS
-from .program_view import ProgramView
+from .program_view import FORWARD, ProgramView
 
 STATE_PREFIX = "state:"
 FETCH_PREFIX = "fetch:"
@@ -45,6 +45,10 @@ class ConversionSession:
         self.parameters: list[Parameter] = []
         self.initial: dict[str, Parameter] = {}
         self.produced: dict[int, dict[str, Output]] = {}  # id(OpView) -> what its converter bound
+        # Ids of the nodes that forward ops' converters made (passes/recompute.py tells the forward
+        # pass from the backward with it: IR nodes carry no op role), and of every node seen so far.
+        self.forward_ids: set[int] = set()
+        self._seen_ids: set[int] = set()
 
     # --- values ---------------------------------------------------------------------------
     def value(self, name: str, ctx: NodeContext | None = None) -> Output:
@@ -83,6 +87,21 @@ class ConversionSession:
                 raise
             except Exception as e:  # includes ValidationError of the nodes the converter built
                 raise ConversionError(f"{op.location()}: {type(e).__name__}: {e}") from e
+            self._note_nodes(op)
+
+    def _note_nodes(self, op):
+        """Marks the nodes this op's converter made (those its outputs reach that no earlier op's
+        did) as forward when the op is."""
+        stack = [value.node for value in self.produced.get(id(op), {}).values()]
+        forward = op.role == FORWARD
+        while stack:
+            node = stack.pop()
+            if node.id in self._seen_ids:
+                continue
+            self._seen_ids.add(node.id)
+            if forward:
+                self.forward_ids.add(node.id)
+            stack.extend(i.node for i in node.inputs)
 
     def function(self, fetch: list[str], name: str = "function") -> Function:
         results: dict[str, Output] = {}

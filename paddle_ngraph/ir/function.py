@@ -9,6 +9,11 @@ from ..errors import ValidationError
 from .node import Node, Output
 from .ops.core import Parameter
 
+# Nodes named so are copies of forward nodes that passes/recompute.py made for the backward pass.
+# The order visits them after every other input of their reader, so that they run as late as
+# possible: just before the first node that needs them, once the gradient it also reads exists.
+RECOMPUTE_PREFIX = "recompute/"
+
 
 class Function:
     def __init__(self, parameters: list[Parameter], results: dict[str, Output], name: str = "function"):
@@ -28,7 +33,8 @@ class Function:
         """Every node reachable from the results or parameters, inputs before users.
 
         Ties keep creation order (node ids), so that the order is deterministic and
-        the same on every rank for the same program.
+        the same on every rank for the same program; recomputed copies (``RECOMPUTE_PREFIX``)
+        come after a node's other inputs.
         """
         seen: set[int] = set()
         order: list[Node] = []
@@ -44,7 +50,8 @@ class Function:
                     continue
                 seen.add(node.id)
                 stack.append((node, True))
-                for inp in sorted({i.node for i in node.inputs}, key=lambda n: -n.id):
+                for inp in sorted({i.node for i in node.inputs},
+                                  key=lambda n: (not n.name.startswith(RECOMPUTE_PREFIX), -n.id)):
                     if inp.id not in seen:
                         stack.append((inp, False))
         return order

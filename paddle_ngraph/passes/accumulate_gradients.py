@@ -3,7 +3,8 @@
 With ``accumulate_steps = k`` the user still calls ``exe.run`` once per micro-batch. Like Paddle's
 gradient merge with ``avg=True``, micro-steps 1..k-1 only add their gradients into accumulators
 and micro-step k averages them and makes the one update (with its AllReduce), so that k
-micro-batches of B with a mean loss equal one step on the batch of kB.
+micro-batches of B with a mean loss equal one step on the batch of kB (``accumulate_avg: false``:
+the update takes their sum, as gradient merge with ``avg=False``).
 
 From the training function this builds, on copies (the original is left as it is):
 
@@ -90,11 +91,15 @@ def _update_dependent(function: Function) -> set[int]:
     return dependent
 
 
-def build_apply(function: Function, steps: int) -> tuple[Function, list[Parameter]]:
-    """The variant run on every k-th micro-step, before the collective passes rewrite it."""
+def build_apply(function: Function, steps: int, average: bool = True) -> tuple[Function, list[Parameter]]:
+    """The variant run on every k-th micro-step, before the collective passes rewrite it. Without
+    ``average`` the update takes the sum of the k gradients (Paddle's gradient merge, avg=False)."""
     copy = clone_function(function)
     entries = _add_accumulators(copy)
     for update, acc, summed in entries:
+        if not average:
+            update.inputs[update.grad_input] = summed
+            continue
         # Dividing the sum (not scaling each micro-batch) keeps micro-steps free of any factor.
         count = Constant(steps, dtype=summed.dtype.value, name=f"accumulate_steps_{acc.name}")
         update.inputs[update.grad_input] = Divide(summed, count.output(), name=f"average_{acc.name}").output()

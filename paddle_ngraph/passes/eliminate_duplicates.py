@@ -2,7 +2,9 @@
 
 Dead nodes need no pass of their own: a Function holds only what its results and
 parameters reach, so a node whose outputs nobody reads is gone as soon as the last
-reference to it is redirected. Random and communicating nodes are never merged.
+reference to it is redirected. Random and communicating nodes are never merged, nor a node
+with its copy made by ``recompute`` (that would undo it: the copy recomputes in backward what
+the original computed in forward); copies merge among themselves.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 from ..ir import Function
 from ..ir.ops.core import Parameter
 from .base import FunctionPass
+from .recompute import is_recomputed_copy
 from .rewrite import replace_outputs
 
 _NEVER_MERGED = {"DropoutMask", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"}
@@ -40,7 +43,8 @@ class EliminateDuplicates(FunctionPass):
             for i in node.inputs:
                 i = replacements.get((i.node.id, i.index), i)
                 inputs.append((i.node.id, i.index))
-            key = (node.op_type, tuple(inputs), tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())))
+            key = (node.op_type, is_recomputed_copy(node), tuple(inputs),
+                   tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())))
             first = canonical.setdefault(key, node)
             if first is not node:
                 for k in range(len(node.output_types)):

@@ -9,10 +9,21 @@ the pass that made them; what follows them is not held back.
 
 Storage: a Reshape's output is a view of its input (no copy). An AllReduce or
 Broadcast gets one contiguous region holding all its outputs, so a bucket travels
-as one message in place; its inputs are packed into it when it starts.
-Every value is assigned to a storage root, and a root lives from the step that
-first writes it to the last step that reads it or any view of it; results live
-to the end.
+as one message in place. Every value is assigned to a storage root, and a root lives
+from the step that first writes it to the last step that reads it or any view of it;
+results live to the end.
+
+Gradients as bucket views (torch's ``gradient_as_bucket_view``): a value that an
+in-place collective reduces is placed in the collective's region, at its offset
+there, so the kernel producing it writes into the bucket and the Start step copies
+nothing. Since the collective overwrites the region with the reduced values, this
+needs every other read of the value (or of a view of it) to come before the Start,
+and the value not to be a result; where that fails, or the value has storage of its
+own (a parameter, a constant, a parameter updated in place), the Start packs it
+into the region as before: ``Step.pack`` lists those inputs, empty for the gradients
+of ordinary models. The same holds for a Concat that joins whole blocks (ZeRO-1's
+flattened bucket before its ReduceScatter): its pieces are written at their place
+in its output, which nothing overwrites, and the Concat kernel skips them.
 
 In-place results: ``inplace`` maps result names to parameter names (an optimizer's
 new parameter or moment to the input it replaces). Such a result is written straight
@@ -31,9 +42,10 @@ from ..ir.ops.collective import COLLECTIVE_OPS, is_statistics
 from ..ir.ops.core import Constant, Parameter
 from .base import FunctionPass
 
-# Ops whose every output element depends only on the same element of their inputs (and scalars):
-# an output may share the buffer of an input of the same shape.
-ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"}
+# Updates whose kernels read element i of their inputs before writing element i of an output, and
+# read whole inputs (Lamb's and LARS's norms) only before writing anything: an output may share
+# the buffer of an input of the same shape.
+ELEMENTWISE_UPDATES = {"SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate", "LarsMomentumUpdate"}
 # Collectives whose outputs have the types of their inputs: reduced in place in one region.
 IN_PLACE_COLLECTIVES = {"AllReduce", "Broadcast"}
 
@@ -42,6 +54,9 @@ IN_PLACE_COLLECTIVES = {"AllReduce", "Broadcast"}
 class Step:
     kind: str  # "compute", "start" or "wait"
     node: object
+    # start of an in-place collective: indices of the inputs copied into its region (placed
+    # elsewhere); the others were written there by their producers
+    pack: tuple = ()
 
 
 @dataclass
@@ -67,7 +82,9 @@ class Liveness(FunctionPass):
         self.function = function
         after = self._choose_inplace(function)
         self.steps = self._schedule(function, after)
+        self.placed = self._place_in_buckets(function)
         self._assign_storage(function)
+        self._mark_packs()
         return False
 
     # --- in-place results ----------------------------------------------------------------------
@@ -180,6 +197,89 @@ class Liveness(FunctionPass):
                 waiting.discard(step.node.id)
         return ordered
 
+    # --- gradients as bucket views -----------------------------------------------------------------
+    def _place_in_buckets(self, function: Function) -> dict[tuple, tuple]:
+        """Values written straight into the storage their collective or Concat reads them from:
+        value -> (root key, byte offset, root bytes). A placed value is the storage owner (its
+        Reshape views follow it); see the module docstring for when a value cannot be placed."""
+        position = {s.node.id: pos for pos, s in enumerate(self.steps) if s.kind != "wait"}
+        wait_position = {s.node.id: pos for pos, s in enumerate(self.steps) if s.kind == "wait"}
+
+        def base(output):  # the value owning the storage of a value: through Reshape views
+            while output.node.op_type == "Reshape":
+                output = output.node.inputs[0]
+            return output
+
+        # Until when each value is read (by the node or through a view), and by which nodes.
+        reads: dict[tuple, list[tuple[int, int]]] = {}  # value -> [(last step reading it, node id)]
+        for step in self.steps:
+            node = step.node
+            if step.kind == "wait" or node.op_type == "Reshape":
+                continue
+            until = wait_position[node.id] if (node.op_type in COLLECTIVE_OPS
+                                               and node.op_type not in IN_PLACE_COLLECTIVES) else position[node.id]
+            for i in node.inputs:
+                b = base(i)
+                reads.setdefault((b.node.id, b.index), []).append((until, node.id))
+        results = set()
+        for value in function.results.values():
+            b = base(value)
+            results.add((b.node.id, b.index))
+
+        placed: dict[tuple, tuple] = {}
+        targets = set()  # nodes whose output holds placed values: not placed themselves
+
+        def own_storage(b) -> bool:
+            node = b.node
+            return (node.id in position and node.op_type not in COLLECTIVE_OPS
+                    and (node.id, b.index) not in self.inplace and (node.id, b.index) not in placed
+                    and node.id not in targets)
+
+        # In schedule order, so that a value read by two buckets goes to the later one (the earlier
+        # reads it before that one's Start) and the first placement wins.
+        for step in self.steps:
+            node = step.node
+            if step.kind != "start" or node.op_type not in IN_PLACE_COLLECTIVES:
+                continue
+            region_bytes = sum(t.nbytes() for t in node.output_types)
+            offset = 0
+            for i, t in zip(node.inputs, node.output_types):
+                b = base(i)
+                value = (b.node.id, b.index)
+                if (own_storage(b) and value not in results and b.type.nbytes() == t.nbytes()
+                        and all(until < position[node.id] for until, reader in reads.get(value, []) if reader != node.id)):
+                    placed[value] = (("region", node.id), offset, region_bytes)
+                offset += t.nbytes()
+            targets.add(node.id)
+        for step in self.steps:
+            node = step.node
+            if step.kind != "compute" or node.op_type != "Concat" or (node.id, 0) in placed:
+                continue
+            shape = node.output_types[0].shape
+            axis = node.attrs["axis"] % len(shape) if shape else 0
+            if any(d != 1 for d in shape[:axis]):
+                continue  # each input is more than one block of the output
+            total, offset, pieces = node.output_types[0].nbytes(), 0, []
+            for i in node.inputs:
+                b = base(i)
+                if own_storage(b) and b.type.nbytes() == i.type.nbytes() and (b.node.id, b.index) not in pieces:
+                    pieces.append((b.node.id, b.index))
+                    placed[(b.node.id, b.index)] = (("value", node.id, 0), offset, total)
+                offset += i.type.nbytes()
+            if pieces:
+                targets.add(node.id)
+        return placed
+
+    def _mark_packs(self):
+        """Step.pack of every in-place collective's Start: the inputs not already in its region."""
+        for step in self.steps:
+            node = step.node
+            if step.kind != "start" or node.op_type not in IN_PLACE_COLLECTIVES:
+                continue
+            step.pack = tuple(k for k, i in enumerate(node.inputs)
+                              if self.value_root[(i.node.id, i.index)] != self.value_root[(node.id, k)]
+                              or self.value_offset[(i.node.id, i.index)] != self.value_offset[(node.id, k)])
+
     # --- storage and lifetimes -------------------------------------------------------------------
     def _assign_storage(self, function: Function):
         self.roots: dict[tuple, Root] = {}
@@ -188,6 +288,14 @@ class Liveness(FunctionPass):
 
         def add_root(key, nbytes, kind):
             self.roots[key] = Root(key, nbytes, kind)
+            return key
+
+        def arena_root(key, nbytes, pos):
+            """The arena root key, created by its first writer: a bucket's region or a Concat's output
+            is first written by the producer of the first value placed in it."""
+            if key not in self.roots:
+                add_root(key, nbytes, "arena")
+                self.roots[key].first = pos
             return key
 
         for p in function.parameters:
@@ -210,8 +318,7 @@ class Liveness(FunctionPass):
                 self.value_offset[(node.id, 0)] = self.value_offset[base]
                 continue
             if node.op_type in IN_PLACE_COLLECTIVES:
-                region = add_root(("region", node.id), sum(t.nbytes() for t in node.output_types), "arena")
-                self.roots[region].first = pos
+                region = arena_root(("region", node.id), sum(t.nbytes() for t in node.output_types), pos)
                 offset = 0
                 for k, t in enumerate(node.output_types):
                     self.value_root[(node.id, k)] = region
@@ -223,8 +330,12 @@ class Liveness(FunctionPass):
                     self.value_root[(node.id, k)] = ("value", self.inplace[(node.id, k)], 0)
                     self.value_offset[(node.id, k)] = 0
                     continue
-                key = add_root(("value", node.id, k), t.nbytes(), "arena")
-                self.roots[key].first = pos
+                if (node.id, k) in self.placed:  # written into its bucket (or Concat output)
+                    key, offset, nbytes = self.placed[(node.id, k)]
+                    self.value_root[(node.id, k)] = arena_root(key, nbytes, pos)
+                    self.value_offset[(node.id, k)] = offset
+                    continue
+                key = arena_root(("value", node.id, k), t.nbytes(), pos)
                 self.value_root[(node.id, k)] = key
                 self.value_offset[(node.id, k)] = 0
 

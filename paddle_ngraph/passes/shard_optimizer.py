@@ -14,9 +14,9 @@ The function stays the same on every rank (the rank's slice is chosen by the col
 by the engine, never by a node), and its traffic equals an AllReduce's (a reduce-scatter and
 an allgather are the two halves of a ring allreduce).
 
-Only element-wise updates can be sliced: SGD, Momentum and Adam(W). Lamb's trust ratio needs
-whole-parameter norms, so its parameters keep the plain AllReduce (``InsertAllReduce`` runs
-after this pass and reduces what is left).
+Only element-wise updates can be sliced: SGD, Momentum and Adam(W). Lamb's trust ratio and
+LARS's local learning rate need whole-parameter norms, so their parameters keep the plain
+AllReduce (``InsertAllReduce`` runs after this pass and reduces what is left).
 """
 from __future__ import annotations
 

@@ -16,11 +16,12 @@ from .. import _bridge
 from ..backends import get_backend
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, ConversionError, UnsupportedOpsError
-from ..frontend import STATE_PREFIX, ConversionSession, decode, find_unsupported, loss_name
+from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_unsupported, loss_name
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
 from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
+from ..passes.recompute import Recompute
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
@@ -72,6 +73,11 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     """
     if isinstance(transport, str):
         overrides["transport"], transport = transport, None
+    view = None
+    handles = overrides.get("recompute_checkpoints")
+    if isinstance(handles, (list, tuple)) and any(not isinstance(h, str) for h in handles):
+        view = decode(program)  # Variables or PIR Values: their names in this program
+        overrides["recompute_checkpoints"] = [checkpoint_name(view, h) for h in handles]
     log_level_given = config is not None or overrides.get("log_level") is not None
     config = options(config, overrides)
     if log_level_given:
@@ -84,7 +90,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     from ..distributed import resolve_transport
 
     engine_op.library()  # registers the operator before the program refers to it
-    view = decode(program)
+    view = view or decode(program)
+    checkpoints = recompute_checkpoints(view, config.recompute_checkpoints)
     unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
     if unsupported and not config.fallback:
         raise UnsupportedOpsError(unsupported)
@@ -108,12 +115,16 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
-                                                      "compress", "accumulate_steps", "timeout_s",
-                                                      "sync_batch_norm", "localsgd_k_steps",
+                                                      "compress", "accumulate_steps", "accumulate_avg",
+                                                      "timeout_s", "sync_batch_norm", "localsgd_k_steps",
                                                       "localsgd_begin_step", "localsgd_adaptive")}
+    settings["recompute_checkpoints"] = checkpoints
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
                for i, seg in enumerate(plan.segments)]
+    if checkpoints and not any(e.recomputed for e in engines):
+        log.warning("%s: recompute_checkpoints %s: no forward value is computed before them and read by the "
+                    "backward pass, so nothing is recomputed", view.source, ", ".join(checkpoints))
     if engines and plan.fallback:
         # Ranks start identical: the engines broadcast what they read at their first step; what
         # Paddle ops read (a parameter of a custom op) is broadcast here too, since Paddle may run
@@ -190,6 +201,15 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     if localsgd_on and seg.allreduce:
         raise ConfigError(f"localsgd_k_steps (local SGD) needs the optimizer updates on the engine; the updates of "
                           f"{', '.join(seg.allreduce)} fall back to Paddle")
+    recompute = None
+    if settings["recompute_checkpoints"]:
+        # First, so that the variants and collective passes below all see the copies.
+        made = {name: value for op in seg.ops if op.role == FORWARD
+                for name, value in session.produced.get(id(op), {}).items()}
+        values = [made[n] for n in settings["recompute_checkpoints"] if n in made]
+        if values:
+            recompute = Recompute(values, session.forward_ids)
+            PassManager([recompute]).run(function)
     if seg.allreduce and transport.size > 1:
         function = average_results(function, seg.allreduce, settings["reduction"], settings["compress"])
     skip = {n for n, v in view.vars.items() if v.is_distributed}
@@ -211,7 +231,7 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         # The apply variant takes the function's place: the collective passes below rewrite it
         # (AllReduce, or ZeRO-1's reduce-scatter/update/allgather of the averaged accumulated
         # gradients); the accumulate variant, built after them, has no collective.
-        function, accumulators = build_apply(original, accumulate_steps)
+        function, accumulators = build_apply(original, accumulate_steps, settings["accumulate_avg"])
     passes, sharding = [], None
     if transport.size > 1 and localsgd is None:  # local SGD averages parameters, not gradients
         buckets = dict(bucket_bytes=int(settings["bucket_mb"] * (1 << 20)), reduction=settings["reduction"],
@@ -252,6 +272,10 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
                     timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable,
                     handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out, order_inputs=order_inputs,
                     localsgd=localsgd, local_executable=local_executable)
+    engine.recomputed = recompute.recomputed if recompute is not None else []
+    if engine.recomputed:
+        log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
+                 len(engine.recomputed))
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
@@ -270,6 +294,44 @@ def _loss_value(view, session):
             raise ConfigError(f"localsgd_adaptive: the loss '{name}' is not computed by the engine")
         session.convert_ops([producer])
     return session.env[name]
+
+
+def checkpoint_name(view, handle) -> str:
+    """Our name of a checkpoint given as a name, a legacy Variable or a PIR Value."""
+    try:
+        return view.name_of(handle)
+    except (KeyError, AttributeError):
+        raise ConfigError(f"recompute_checkpoints: {handle!r} is not a value of this program") from None
+
+
+def recompute_checkpoints(view, names) -> list[str]:
+    """The checkpoints that name forward values. Feeds and parameters are kept anyway and are
+    dropped; any other name is a ConfigError naming it (with the forward variables most like it)."""
+    if not names:
+        return []
+    forward = {n for op in view.ops if op.role == FORWARD for n in op.output_names()}
+    found = []
+    for name in names:
+        if name in forward:
+            found.append(name)
+            continue
+        info = view.vars.get(name)
+        if info is not None and (info.is_data or info.persistable) and not any(
+                name in op.output_names() for op in view.ops):
+            continue  # a graph input: kept without asking
+        if info is not None:
+            raise ConfigError(f"recompute_checkpoints: '{name}' is not a forward variable of {view.source} (no "
+                              f"forward op makes it: a gradient, or state the optimizer updates); checkpoints are "
+                              f"activations of the forward pass")
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(forward), n=5, cutoff=0.6)
+        hint = f"; forward variables with similar names: {', '.join(close)}" if close else ""
+        if view.ir == "pir":
+            hint += ("; in PIR, values are named '%<op index>.<output>' here: pass the Values themselves to "
+                     "transpile(..., recompute_checkpoints=[...])")
+        raise ConfigError(f"recompute_checkpoints: no variable '{name}' in {view.source}{hint}")
+    return found
 
 
 def _is_optimizer_state(name: str, view) -> bool:

@@ -83,6 +83,9 @@ class Variant:
 
 
 class Engine:
+    # Names of the forward nodes recomputed in backward (passes/recompute.py); set by transpile.
+    recomputed: list = []
+
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
                  watchdog=None, sharded=None, timeline=None, accumulation=None, accumulate_executable=None,
                  handover=None, handed_in=(), handed_out=(), order_inputs=0, localsgd=None, local_executable=None):

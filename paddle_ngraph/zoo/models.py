@@ -151,6 +151,46 @@ def make_batch(model: str, batch: int, rng: np.random.Generator | None = None) -
     return out
 
 
+# Recompute checkpoints of each model: the outputs of its layers, as forward ops of these types
+# (Paddle's type without the "pd_op." prefix; "relu<add" = a relu reading an add: a residual
+# block's output); the first output of each op.
+CHECKPOINT_OPS = {"mnist_mlp": ("relu", "linear"), "lenet": ("pool2d",), "resnet_small": ("relu<add",),
+                  "transformer_layer": ("layer_norm",)}
+
+
+def checkpoint_names(model: str, program) -> list[str]:
+    """Recompute checkpoints for ``model``'s training ``program`` (either IR): the names, as
+    ``transpile(..., recompute_checkpoints=...)`` takes them, of its layer outputs (``CHECKPOINT_OPS``).
+    For mnist_mlp the layer outputs are the hidden ReLU and the logits (the output of the last matmul
+    and bias add), Paddle's own example (``RecomputeOptimizer._set_checkpoints([fc_1, pred])``)."""
+    from ..frontend import FORWARD, decode
+
+    view = decode(program)
+    forward = [op for op in view.ops if op.role == FORWARD]
+    made_by = {n: op for op in forward for n in op.output_names()}
+
+    def kind(op) -> str:
+        t = op.type.replace("pd_op.", "")
+        t = t[:-1] if t.endswith("_") else t
+        return {"elementwise_add": "add", "matmul_v2": "matmul"}.get(t, t)
+
+    names = []
+    for rule in CHECKPOINT_OPS[model]:
+        op_kind, _, reads = rule.partition("<")
+        for op in forward:
+            if rule == "linear":  # a bias add reading a matmul: the last one is the logits
+                continue
+            if kind(op) == op_kind and (not reads or any(kind(made_by[n]) == reads for n in op.input_names()
+                                                         if n in made_by)):
+                names.append(op.output_names()[0])
+    if "linear" in CHECKPOINT_OPS[model]:
+        bias_adds = [op for op in forward if kind(op) == "add"
+                     and any(n in made_by and kind(made_by[n]) == "matmul" for n in op.input_names())]
+        names.append(bias_adds[-1].output_names()[0])
+    order = {n: k for k, op in enumerate(forward) for n in op.output_names()}
+    return sorted(dict.fromkeys(names), key=order.get)
+
+
 def make_optimizer(name: str, lr: float):
     name = name.lower()
     if name == "sgd":
@@ -159,7 +199,13 @@ def make_optimizer(name: str, lr: float):
         return paddle.optimizer.Momentum(lr, momentum=0.9)
     if name == "adam":
         return paddle.optimizer.Adam(lr)
-    raise ValueError(f"unknown optimizer '{name}'; valid: sgd, momentum, adam")
+    # LARS and Lamb with the biases excluded from weight decay (their decay is 0, their step plain).
+    if name == "lars":
+        return paddle.incubate.optimizer.LarsMomentumOptimizer(lr, 0.9, lars_coeff=0.01, lars_weight_decay=0.0005,
+                                                               exclude_from_weight_decay=["b_0"])
+    if name == "lamb":
+        return paddle.optimizer.Lamb(lr, lamb_weight_decay=0.01, exclude_from_weight_decay_fn=lambda p: "b_0" in p.name)
+    raise ValueError(f"unknown optimizer '{name}'; valid: sgd, momentum, adam, lars, lamb")
 
 
 def build_program(model: str = "mnist_mlp", optimizer: str = "sgd", lr: float = 0.03, seed: int = 1,

@@ -19,7 +19,7 @@ from paddle_ngraph.distributed import make_transport  # noqa: E402
 from paddle_ngraph.transpiler import engines  # noqa: E402
 from paddle_ngraph.zoo import build_program, digits_as_mnist, shard  # noqa: E402
 
-LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}
+LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001, "lars": 0.1, "lamb": 0.001}
 
 
 def parameter_names(main):

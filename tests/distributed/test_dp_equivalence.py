@@ -16,7 +16,7 @@ from paddle_ngraph.quiet import quiet_env
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dp_worker.py")
 OPTIMIZERS = ["sgd", "momentum", "adam"]
-LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001}  # as dp_worker.py
+LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001, "lars": 0.1, "lamb": 0.001}  # as dp_worker.py
 
 
 def run_reference(tmp, world, ir, model="mnist_mlp", steps=20, dtype="float32", optimizers="sgd,momentum,adam",
@@ -96,3 +96,21 @@ def test_cnn_two_ranks_equal_one_process(tmp_path, dtype, optimizers):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     for optimizer in optimizers.split(","):
         check(ref, out, 2, optimizer, dtype)
+
+
+def test_lars_two_ranks_equal_one_process_also_under_zero_1(tmp_path):
+    """LarsMomentumOptimizer (lars_momentum, biases excluded from its weight decay) on 2 ranks.
+    LARS's local learning rate needs whole-parameter norms, so ZeRO-1 leaves its parameters on
+    the plain AllReduce (passes/shard_optimizer.py): zero_stage 1 trains bit for bit like 0."""
+    ref = run_reference(tmp_path, 2, "pir", steps=12, optimizers="lars")
+    outs = {}
+    for stage in (0, 1):
+        outs[stage] = tmp_path / f"zero{stage}"
+        outs[stage].mkdir()
+        proc = mpirun(2, WORKER, "--ir", "pir", "--optimizers", "lars", "--steps", 12, "--zero-stage", stage,
+                      "--out", outs[stage])
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        check(ref, outs[stage], 2, "lars")
+    plain, zero = np.load(outs[0] / "lars_rank0.npz"), np.load(outs[1] / "lars_rank0.npz")
+    for name in plain.files:
+        np.testing.assert_array_equal(zero[name], plain[name], err_msg=name)

@@ -124,8 +124,8 @@ def test_example_under_paddle_launch_equals_one_process_on_the_concatenated_batc
     ('{"transport": "tcp"}', {},
      "ConfigError: strategy.ngraph_configs: unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
     ('{"bucket_size": 1}', {},
-     "UnknownConfigKeyError: strategy.ngraph_configs: unknown key(s) 'bucket_size'; valid keys: accumulate_steps, "
-     "backend, bucket_mb,"),
+     "UnknownConfigKeyError: strategy.ngraph_configs: unknown key(s) 'bucket_size'; valid keys: accumulate_avg, "
+     "accumulate_steps, backend, bucket_mb,"),
     ("{}", {"PADDLE_NGRAPH_BUCKET_MB": "big"},
      "ConfigError: environment variable PADDLE_NGRAPH_BUCKET_MB='big': 'bucket_mb' must be a number"),
 ], ids=["transport", "key", "env"])

@@ -1,4 +1,4 @@
-"""Type inference of the indexing, stack, accuracy ops (ir/ops/tensor_ops.py) and LambUpdate:
+"""Type inference of the indexing, stack, accuracy ops (ir/ops/tensor_ops.py), LambUpdate and LarsMomentumUpdate:
 output types, and errors that name the node."""
 import numpy as np
 import pytest
@@ -38,6 +38,9 @@ GOOD = {
     "lamb": (lambda: ops.LambUpdate(param((3, 2)), param((3, 2)), param(()), param((3, 2)), param((3, 2)),
                                     param((1,)), param((1,)), weight_decay=0.01),
              [("float32", (3, 2))] * 3 + [("float32", (1,))] * 2),
+    "lars_momentum": (lambda: ops.LarsMomentumUpdate(param((4,), "float64"), param((4,), "float64"), param((1,)),
+                                                     param((4,), "float64"), lars_weight_decay=0.0),
+                      [("float64", (4,))] * 2),
 }
 
 
@@ -73,6 +76,10 @@ BAD = {
                             "differ in N"),
     "lamb_grad_shape": (lambda: ops.LambUpdate(param((3, 2)), param((2, 3)), param(()), param((3, 2)), param((3, 2)),
                                                param((1,)), param((1,)), name="bad"), "does not match parameter"),
+    "lars_velocity_shape": (lambda: ops.LarsMomentumUpdate(param((3, 2)), param((3, 2)), param(()), param((2, 3)),
+                                                           name="bad"), "velocity float32[2x3] does not match"),
+    "lars_lr_elements": (lambda: ops.LarsMomentumUpdate(param((3, 2)), param((3, 2)), param((2,)), param((3, 2)),
+                                                        name="bad"), "learning rate must have one element"),
 }
 
 

@@ -5,6 +5,7 @@ import pytest
 
 import paddle_ngraph
 from paddle_ngraph.backends import get_backend
+from paddle_ngraph.distributed.transport import NullTransport
 from paddle_ngraph.frontend import STATE_PREFIX
 from paddle_ngraph.ir import Function, clone_function, ops
 from paddle_ngraph.passes import InsertAllReduce, PassManager
@@ -12,6 +13,7 @@ from paddle_ngraph.passes.eliminate_duplicates import EliminateDuplicates
 from paddle_ngraph.passes.fuse_matmul_bias import FuseMatMulBias
 from paddle_ngraph.passes.liveness import Liveness
 from paddle_ngraph.passes.memory_plan import MemoryPlan
+from paddle_ngraph.passes.shard_optimizer import ShardOptimizer
 from paddle_ngraph.zoo.models import build_program, make_batch
 
 from harness import assert_trained_close
@@ -19,11 +21,12 @@ from harness import assert_trained_close
 paddle.enable_static()
 
 
-def model_function(model="mnist_mlp", optimizer="sgd", batch=8, nranks=1):
+def model_function(model="mnist_mlp", optimizer="sgd", batch=8, nranks=1, zero_stage=0, compress="none"):
     main, startup, _, _ = build_program(model, optimizer)
     function = paddle_ngraph.convert(main)
     if nranks > 1:
-        PassManager([InsertAllReduce(nranks, min_buckets=4)]).run(function)
+        sharded = [ShardOptimizer(nranks, min_buckets=4)] if zero_stage else []
+        PassManager(sharded + [InsertAllReduce(nranks, min_buckets=4, compress=compress)]).run(function)
     feed = make_batch(model, batch, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     inputs = []
@@ -140,3 +143,108 @@ def test_cpu_backend_writes_updated_state_into_the_inputs_and_matches_the_interp
     for result, param in state_map(function).items():
         assert np.shares_memory(outs[result], arrays[index[param]]), result
         assert_trained_close(arrays[index[param]], expected[result], "momentum", result, lr=0.03)
+
+
+def planned(function):
+    live = Liveness(state_map(function))
+    plan = MemoryPlan(live)
+    PassManager([live, plan]).run(function)
+    return live, plan
+
+
+def arena_range(live, plan, output):
+    """[first byte, end) of a value in the arena."""
+    value = (output.node.id, output.index)
+    start = plan.offsets[live.value_root[value]] + live.value_offset[value]
+    return start, start + output.type.nbytes()
+
+
+@pytest.mark.parametrize("model,optimizer,compress", [("mnist_mlp", "sgd", "none"), ("resnet_small", "momentum", "none"),
+                                                      ("transformer_layer", "adam", "none"), ("lenet", "sgd", "bf16")])
+def test_gradients_are_written_into_their_bucket_region(model, optimizer, compress):
+    function, _ = model_function(model, optimizer, batch=4, nranks=2, compress=compress)
+    live, plan = planned(function)
+    starts = [s for s in live.steps if s.kind == "start"]
+    assert len(starts) >= 2
+    for step in starts:
+        bucket = step.node
+        assert step.pack == (), f"{bucket.name} packs {[bucket.inputs[k].node.name for k in step.pack]}"
+        region = plan.offsets[("region", bucket.id)]
+        for k, grad in enumerate(bucket.inputs):
+            # the gradient's buffer is the k-th slot of the region: the AllReduce reads and writes it in place
+            assert arena_range(live, plan, grad) == arena_range(live, plan, bucket.output(k))
+            start, end = arena_range(live, plan, grad)
+            assert region <= start and end <= region + live.roots[("region", bucket.id)].nbytes
+            # and the region is allocated from the moment that gradient is produced
+            produced = next(p for p, s in enumerate(live.steps) if s.node is grad.node and s.kind == "compute")
+            assert live.roots[("region", bucket.id)].first <= produced
+
+
+def test_zero_flattened_bucket_holds_its_gradients():
+    function, _ = model_function("mnist_mlp", "adam", batch=4, nranks=2, zero_stage=1)
+    live, plan = planned(function)
+    scatters = [s.node for s in live.steps if s.kind == "start" and s.node.op_type == "ReduceScatter"]
+    assert len(scatters) >= 2
+    for scatter in scatters:
+        concat = scatter.inputs[0].node
+        assert concat.op_type == "Concat"
+        offset = arena_range(live, plan, concat.output(0))[0]
+        for piece in concat.inputs:
+            if piece.node.op_type == "Constant":  # the padding to a multiple of the ranks: copied
+                continue
+            assert arena_range(live, plan, piece) == (offset, offset + piece.type.nbytes()), piece.node.name
+            offset += piece.type.nbytes()
+
+
+class RootTransport(NullTransport):
+    """A second rank as the root of every broadcast, holding twice this rank's values."""
+
+    size = 2
+
+    def broadcast(self, array, root=0):
+        return np.array(array) * 2
+
+
+def test_a_value_read_after_its_bucket_starts_is_packed_and_not_overwritten():
+    # A Broadcast, in place in its region like an AllReduce bucket: the CPU backend reduces AllReduce
+    # only through a native communicator, while a Broadcast takes the transport's Python path.
+    x = ops.Parameter(dtype="float32", shape=(5,), name="x")
+    w = ops.Parameter(dtype="float32", shape=(3,), name="w")
+    g = ops.Negative(x.output(), name="g")  # read again after the bucket starts, below
+    h = ops.Negative(w.output(), name="h")  # a result: the collective must not overwrite it
+    k = ops.Multiply(w.output(), w.output(), name="k")  # an ordinary gradient
+    bucket = ops.Broadcast(g.output(), h.output(), k.output(), x.output(), name="bucket")
+    late = ops.Multiply(g.output(), g.output(), name="late")
+    f = Function([x, w], {"r0": bucket.output(0), "r1": bucket.output(1), "r2": bucket.output(2),
+                          "r3": bucket.output(3), "late": late.output(), "h": h.output()})
+    live, _ = planned(clone_function(f))
+    start = next(s for s in live.steps if s.kind == "start")
+    assert start.pack == (0, 1, 3)  # k alone was written into the region; x is an input
+    xs, ws = np.linspace(-1, 1, 5).astype(np.float32), np.array([0.5, -2.0, 3.0], np.float32)
+    outs = dict(zip(f.results, get_backend("CPU").compile(f).call([xs, ws], transport=RootTransport())))
+    np.testing.assert_array_equal(outs["r0"], -2 * xs)
+    np.testing.assert_array_equal(outs["r1"], -2 * ws)
+    np.testing.assert_array_equal(outs["r2"], 2 * ws * ws)
+    np.testing.assert_array_equal(outs["r3"], 2 * xs)
+    np.testing.assert_array_equal(outs["late"], xs * xs)
+    np.testing.assert_array_equal(outs["h"], -ws)
+
+
+def test_concat_of_whole_blocks_takes_its_pieces_in_place():
+    x = ops.Parameter(dtype="float32", shape=(2, 3), name="x")
+    w = ops.Parameter(dtype="float32", shape=(4,), name="w")
+    a = ops.Reshape(ops.Negative(x.output(), name="a").output(), shape=(-1,), name="a_flat")  # placed
+    b = ops.Multiply(w.output(), w.output(), name="b")  # placed, and read again after the Concat
+    pad = ops.Constant(np.zeros(2), dtype="float32", name="pad")  # copied
+    joined = ops.Concat(a.output(), w.output(), b.output(), pad.output(), axis=0, name="joined")  # w copied
+    f = Function([x, w], {"joined": joined.output(), "b2": ops.Add(b.output(), b.output()).output()})
+    live, plan = planned(clone_function(f))
+    concat = next(s.node for s in live.steps if s.node.op_type == "Concat")
+    start = arena_range(live, plan, concat.output(0))[0]
+    assert arena_range(live, plan, concat.inputs[0]) == (start, start + 24)
+    assert arena_range(live, plan, concat.inputs[2]) == (start + 40, start + 56)
+    assert live.value_root[(concat.inputs[1].node.id, 0)] != live.value_root[(concat.id, 0)]
+    xs, ws = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, -2, 3, 0.5], np.float32)
+    outs = dict(zip(f.results, get_backend("CPU").compile(f).call([xs, ws])))
+    np.testing.assert_array_equal(outs["joined"], np.concatenate([-xs.reshape(-1), ws, ws * ws, np.zeros(2, np.float32)]))
+    np.testing.assert_array_equal(outs["b2"], 2 * ws * ws)

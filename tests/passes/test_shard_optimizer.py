@@ -66,17 +66,27 @@ def test_one_rank_changes_nothing():
     assert not ShardOptimizer(1).run(function)
 
 
-def test_lamb_is_not_sliced_and_keeps_its_allreduce():
-    """Lamb's trust ratio needs whole-parameter norms: its parameters stay on AllReduce."""
+@pytest.mark.parametrize("optimizer", ["lamb", "lars"])
+def test_norm_based_updates_are_not_sliced_and_keep_their_allreduce(optimizer):
+    """Lamb's trust ratio and LARS's local learning rate need whole-parameter norms: their
+    parameters stay on AllReduce, one per gradient."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [None, 8], "float32")
         loss = paddle.mean(paddle.nn.Linear(8, 4)(x))
-        paddle.optimizer.Lamb(0.01).minimize(loss)
+        if optimizer == "lamb":
+            paddle.optimizer.Lamb(0.01).minimize(loss)
+        else:
+            paddle.incubate.optimizer.LarsMomentumOptimizer(0.1, 0.9).minimize(loss)
     function = paddle_ngraph.convert(main)
     shard = ShardOptimizer(2)
     PassManager([shard, InsertAllReduce(2)]).run(function)
     types = op_types(function)
-    assert not shard.buckets and "ReduceScatter" not in types and "AllReduce" in types
+    assert not shard.buckets and "ReduceScatter" not in types
+    update = {"lamb": "LambUpdate", "lars": "LarsMomentumUpdate"}[optimizer]
+    assert types.count(update) == 2
+    for node in function.ordered_nodes():
+        if node.op_type == update:  # its gradient comes whole from the (fused) AllReduce
+            assert node.inputs[node.grad_input].node.op_type == "AllReduce"
     assert not any(p.name.startswith(SHARD_PREFIX) for p in function.parameters)
 

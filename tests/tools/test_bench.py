@@ -70,3 +70,16 @@ def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     report = json.loads(out.read_text())
     assert report["compress"] == "bf16"
     assert report["results"][0]["result"]["status"] == "ok"
+
+
+def test_bench_recompute_both_reports_the_smaller_arena(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
+                           "--models", "transformer_layer", "--systems", "ngraph-cpu,paddle", "--ranks", "1",
+                           "--recompute", "both", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {(r["system"], r["recompute"]): r["result"] for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {("ngraph-cpu", "off"), ("ngraph-cpu", "on"), ("paddle", "off")}
+    assert rows[("ngraph-cpu", "on")]["arena_mb"] < rows[("ngraph-cpu", "off")]["arena_mb"]
+    assert "| transformer_layer | ngraph-cpu rc | 1 |" in (tmp_path / "bench.md").read_text()

@@ -6,7 +6,7 @@ import os
 import yaml
 
 from paddle_ngraph import Config
-from paddle_ngraph.config import KEYS
+from paddle_ngraph.config import KEYS, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,7 +28,7 @@ def test_defaults_yaml_and_readme_table_are_up_to_date(capsys):
 
 def test_the_yaml_holds_every_default_under_its_documentation():
     text = open(os.path.join(ROOT, "configs", "defaults.yaml"), encoding="utf-8").read()
-    assert yaml.safe_load(text) == Config().as_dict()
+    assert validate(yaml.safe_load(text), "defaults.yaml") == Config().as_dict()  # a YAML list reads as the tuple
     lines = text.splitlines()
     for key in KEYS:
         index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))

@@ -9,6 +9,7 @@ from paddle_ngraph.zoo import build_program, digits_as_mnist, shard
 from harness import IRS, assert_trained_close, ir_guard
 
 STEPS = 20
+LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001, "lars": 0.1, "lamb": 0.001}
 x_all, y_all = digits_as_mnist()
 
 
@@ -19,7 +20,7 @@ def parameter_names(main):
 
 
 def train(optimizer, transpiled, steps=STEPS, batch=32, backend=None):
-    main, startup, _, loss = build_program("mnist_mlp", optimizer, lr=0.03 if optimizer != "adam" else 0.001)
+    main, startup, _, loss = build_program("mnist_mlp", optimizer, lr=LR[optimizer])
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
     with paddle.static.scope_guard(scope):
@@ -35,7 +36,7 @@ def train(optimizer, transpiled, steps=STEPS, batch=32, backend=None):
 
 
 @pytest.mark.parametrize("ir", IRS)
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "lars", "lamb"])
 def test_losses_and_parameters_equal_paddle(ir, optimizer, backend):
     with ir_guard(ir):
         _, ref_losses, ref_params = train(optimizer, transpiled=False)
@@ -48,7 +49,7 @@ def test_losses_and_parameters_equal_paddle(ir, optimizer, backend):
 
 
 def assert_parameters_close(got, ref, optimizer, name):
-    assert_trained_close(got, ref, optimizer, name, lr=0.001 if optimizer == "adam" else 0.03)
+    assert_trained_close(got, ref, optimizer, name, lr=LR[optimizer])
 
 
 @pytest.mark.parametrize("ir", IRS)

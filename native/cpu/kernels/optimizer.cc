@@ -1,6 +1,8 @@
-// Optimizer updates (ir/ops/optimizer.py): SGDUpdate, MomentumUpdate, AdamUpdate, LambUpdate.
+// Optimizer updates (ir/ops/optimizer.py): SGDUpdate, MomentumUpdate, AdamUpdate, LambUpdate,
+// LarsMomentumUpdate.
 //
-// Each is one fused pass over parameter, gradient and moments (Lamb: two, for its norms), with
+// Each is one fused pass over parameter, gradient and moments (Lamb: two, for its norms; LARS:
+// its two norms, then one), with
 // the interpreter's formulas and order of operations (Paddle's CPU kernels): scalars are cast to
 // the parameter's dtype first, scalar sub-expressions are evaluated once in that dtype.
 // The learning rate and the beta powers are one-element tensors of any float dtype; the updated
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -269,21 +272,23 @@ class LambKernel : public Kernel {
     const int64_t n = in[0].numel();
     const int threads = threads_for(4 * n);
 
-    // Pass 1: moments, and the step r, kept in the parameter output; the norms' sums of squares.
+    // r = m1_hat / (sqrt(m2_hat) + eps) + decay * param, from the new moments.
+    auto step = [&](int64_t i) {
+      const T m1_hat = m1o[i] / d1;
+      const T m2_hat = m2o[i] / d2;
+      return m1_hat / (std::sqrt(m2_hat) + eps) + decay * p[i];
+    };
+    // Pass 1: the moments; the norms' sums of squares. The parameter output is not written yet:
+    // the engine may give it the parameter's own buffer (passes/liveness.py), which pass 2 reads.
     double p_sq = 0.0, s_sq = 0.0;
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) reduction(+ : p_sq, s_sq)
     for (int64_t i = 0; i < n; ++i) {
       const T gi = g[i], pi = p[i];
-      const T m1_out = beta1 * m1[i] + omb1 * gi;
-      const T m2_out = beta2 * m2[i] + omb2 * gi * gi;
-      m1o[i] = m1_out;
-      m2o[i] = m2_out;
-      const T m1_hat = m1_out / d1;
-      const T m2_hat = m2_out / d2;
-      const T step = m1_hat / (std::sqrt(m2_hat) + eps) + decay * pi;
-      po[i] = step;
+      m1o[i] = beta1 * m1[i] + omb1 * gi;
+      m2o[i] = beta2 * m2[i] + omb2 * gi * gi;
+      const T r = step(i);
       p_sq += static_cast<double>(pi) * static_cast<double>(pi);
-      s_sq += static_cast<double>(step) * static_cast<double>(step);
+      s_sq += static_cast<double>(r) * static_cast<double>(r);
     }
     // Trust ratio ||param|| / ||r||, 1 if either is 0 or the norms are not wanted.
     T ratio = one;
@@ -292,9 +297,10 @@ class LambKernel : public Kernel {
       if (p_norm > T(0) && s_norm > T(0)) ratio = p_norm / s_norm;
     }
     const T scale = lr * ratio;
-    // Pass 2: param - lr * ratio * r.
+    // Pass 2: param - lr * ratio * r, r computed again (the same operations, the same value);
+    // element i of the parameter is read before it is written.
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * po[i];
+    for (int64_t i = 0; i < n; ++i) po[i] = p[i] - scale * step(i);
     update_pow<T>(in[5], out[3], beta1);
     update_pow<T>(in[6], out[4], beta2);
   }
@@ -302,6 +308,144 @@ class LambKernel : public Kernel {
   DType dtype_;
   double beta1_, beta2_, eps_, decay_;
   bool always_adapt_;
+};
+
+// --- LARS momentum ------------------------------------------------------------------------------------
+// Paddle takes LARS's norms with Eigen's x.square().sum(), whose order of additions the interpreter
+// repeats (backends/interpreter/kernels/lars.py, which explains it): halve ranges longer than
+// kLeafPackets packets (the split rounded up to a packet boundary), and in a leaf add pairs of
+// packets lane-wise into two accumulators. A packet is 32 bytes (Paddle's AVX build). The leaves
+// are independent, so they run in parallel; the tree then adds their sums in Eigen's order.
+// (The squares and sums must not become FMAs: this library is built without -mfma.)
+constexpr int64_t kLeafPackets = 1024;
+
+template <class T>
+constexpr int64_t lanes() { return 32 / static_cast<int64_t>(sizeof(T)); }
+
+// Eigen's leaf: value(j) for j in [first, first + n), squared and summed.
+template <class T, class F>
+T leaf_sum_squares(const F& value, int64_t first, int64_t n) {
+  constexpr int64_t P = lanes<T>();
+  T acc[P] = {}, acc2[P] = {};
+  const int64_t unrolled = n / (2 * P) * 2 * P, vectorized = n / P * P;
+  for (int64_t j = 0; j < unrolled; j += 2 * P) {
+    for (int64_t l = 0; l < P; ++l) {
+      const T a = value(first + j + l), b = value(first + j + P + l);
+      acc[l] += a * a;
+      acc2[l] += b * b;
+    }
+  }
+  if (unrolled < vectorized) {
+    for (int64_t l = 0; l < P; ++l) {
+      const T a = value(first + unrolled + l);
+      acc[l] += a * a;
+    }
+  }
+  T scalar = T(0);
+  for (int64_t j = vectorized; j < n; ++j) {
+    const T a = value(first + j);
+    scalar += a * a;
+  }
+  for (int64_t l = 0; l < P; ++l) acc[l] += acc2[l];
+  // predux: lanes i and i + width / 2 down to 4 lanes, then (0 + 2) + (1 + 3).
+  for (int64_t width = P; width > 4; width /= 2) {
+    for (int64_t l = 0; l < width / 2; ++l) acc[l] += acc[l + width / 2];
+  }
+  return scalar + ((acc[0] + acc[2]) + (acc[1] + acc[3]));
+}
+
+// The leaves of Eigen's tree over [first, first + n), in order.
+template <class T>
+void eigen_leaves(int64_t first, int64_t n, std::vector<std::pair<int64_t, int64_t>>& leaves) {
+  constexpr int64_t P = lanes<T>();
+  if (n <= P * kLeafPackets) {
+    leaves.emplace_back(first, n);
+    return;
+  }
+  const int64_t split = P * ((first + (n + 1) / 2 + P - 1) / P);
+  const int64_t left = std::min(split - first, n);
+  eigen_leaves<T>(first, left, leaves);
+  if (left < n) eigen_leaves<T>(split, n - left, leaves);
+}
+
+// Adds the leaves' sums as Eigen's tree does; `next` walks `sums` in leaf order.
+template <class T>
+T eigen_combine(int64_t first, int64_t n, const std::vector<T>& sums, size_t& next) {
+  constexpr int64_t P = lanes<T>();
+  if (n <= P * kLeafPackets) return sums[next++];
+  const int64_t split = P * ((first + (n + 1) / 2 + P - 1) / P);
+  const int64_t left = std::min(split - first, n);
+  T total = eigen_combine<T>(first, left, sums, next);
+  if (left < n) total = total + eigen_combine<T>(split, n - left, sums, next);
+  return total;
+}
+
+template <class T, class F>
+T eigen_sum_squares(const F& value, int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> leaves;
+  eigen_leaves<T>(0, n, leaves);
+  std::vector<T> sums(leaves.size());
+  const int64_t count = static_cast<int64_t>(leaves.size());
+  const int threads = static_cast<int>(std::min<int64_t>(threads_for(n), count));
+#pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < count; ++i) sums[i] = leaf_sum_squares<T>(value, leaves[i].first, leaves[i].second);
+  size_t next = 0;
+  return eigen_combine<T>(0, n, sums, next);
+}
+
+class LarsMomentumKernel : public Kernel {
+ public:
+  explicit LarsMomentumKernel(const NodeInfo& node) {
+    check_node(node, 4, 2);
+    dtype_ = node.inputs[0].dtype;
+    PDNG_CHECK(node.inputs[3].dtype == dtype_ && node.inputs[3].shape == node.inputs[0].shape,
+               node.op_type + ": velocity " + node.inputs[3].str() + " does not match parameter " +
+                   node.inputs[0].str());
+    PDNG_CHECK(node.outputs[1].dtype == dtype_ && node.outputs[1].shape == node.inputs[0].shape,
+               node.op_type + ": velocity output " + node.outputs[1].str() + " does not match parameter " +
+                   node.inputs[0].str());
+    // Paddle's attributes are C++ floats, cast to the parameter's type.
+    mu_ = static_cast<float>(node.attrs.get_float("mu", 0.9));
+    coeff_ = static_cast<float>(node.attrs.get_float("lars_coeff", 0.001));
+    decay_ = static_cast<float>(node.attrs.get_float("lars_weight_decay", 0.0005));
+    eps_ = static_cast<float>(node.attrs.get_float("epsilon", 0.0));
+    rescale_ = static_cast<float>(node.attrs.get_float("rescale_grad", 1.0));
+  }
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    PDNG_DISPATCH_FLOAT(dtype_, T, update<T>(in, out));
+  }
+
+ private:
+  // Reads all of param and grad (the norms) before writing anything, then element i of each
+  // input before element i of the outputs: safe when the outputs share the inputs' buffers.
+  template <class T>
+  void update(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+    const T* __restrict p = in[0].as<T>();
+    const T* __restrict g = in[1].as<T>();
+    const T* __restrict v = in[3].as<T>();
+    T* __restrict po = out[0].as<T>();
+    T* __restrict vo = out[1].as<T>();
+    const T mu = static_cast<T>(mu_), coeff = static_cast<T>(coeff_), decay = static_cast<T>(decay_);
+    const T eps = static_cast<T>(eps_), rescale = static_cast<T>(rescale_);
+    const int64_t n = in[0].numel();
+    const T p_norm = std::sqrt(eigen_sum_squares<T>([p](int64_t i) { return p[i]; }, n));
+    const T g_norm = std::sqrt(eigen_sum_squares<T>([g, rescale](int64_t i) { return rescale * g[i]; }, n));
+    T local_lr = static_cast<T>(scalar_value(in[2], "learning rate"));
+    if (decay > T(0) && p_norm > T(0) && g_norm > T(0)) {
+      local_lr = local_lr * coeff * p_norm / (g_norm + decay * p_norm + eps);
+    }
+    const int threads = threads_for(2 * n);
+#pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const T pi = p[i];
+      const T v_out = v[i] * mu + local_lr * (rescale * g[i] + decay * pi);
+      vo[i] = v_out;
+      po[i] = pi - v_out;
+    }
+  }
+
+  DType dtype_;
+  float mu_, coeff_, decay_, eps_, rescale_;
 };
 
 template <class K>
@@ -313,6 +457,7 @@ PDNG_REGISTER_KERNEL("SGDUpdate", make<SGDKernel>);
 PDNG_REGISTER_KERNEL("MomentumUpdate", make<MomentumKernel>);
 PDNG_REGISTER_KERNEL("AdamUpdate", make<AdamKernel>);
 PDNG_REGISTER_KERNEL("LambUpdate", make<LambKernel>);
+PDNG_REGISTER_KERNEL("LarsMomentumUpdate", make<LarsMomentumKernel>);
 
 }  // namespace
 }  // namespace pdng

@@ -349,15 +349,23 @@ class JoinKernel : public Kernel {
     int64_t offset = 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
       copies_[i].prepare(dtype_size(first.dtype), Shape{outer, chunks[i]}, {chunks[i], 1}, {total, 1}, 0, offset);
+      if (outer == 1) block_bytes_.push_back(offset * dtype_size(first.dtype));
       offset += chunks[i];
     }
   }
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
-    for (size_t i = 0; i < copies_.size(); ++i) copies_[i].run(in[i].data, out[0].data);
+    auto* base = static_cast<char*>(out[0].data);
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      // The memory plan may have had the producer write this input at its place in the output
+      // (liveness: a bucket's gradients as views of the flattened bucket): nothing to copy.
+      if (!block_bytes_.empty() && in[i].data == base + block_bytes_[i]) continue;
+      copies_[i].run(in[i].data, out[0].data);
+    }
   }
 
  private:
   std::vector<StridedCopy> copies_;
+  std::vector<int64_t> block_bytes_;  // where each input starts in the output, when it is one block
 };
 
 // --- Slice and ReplaceSlice -----------------------------------------------------------------------

@@ -141,9 +141,12 @@ class Specialization:
                 else:
                     bucket = timeline.bucket_of(node)
                     args = {"bucket": bucket, "bytes": timeline.collective_bytes(node)}
-                    # Start packs the bucket into its region on the compute thread and queues it;
-                    # the outputs are views of that region, so no unpack step exists.
+                    # Start hands the bucket to the communication thread, after copying into its
+                    # region the inputs the memory plan could not place there (step.pack: none for
+                    # ordinary gradients); the outputs are views of the region, so there is no unpack.
                     kind = "pack" if step.kind == "start" else "wait"
+                    if step.kind == "start":
+                        args["packed_bytes"] = sum(node.inputs[k].type.nbytes() for k in step.pack)
                     described.append((f"{kind} {bucket}", kind, "compute", args))
             for node in self.collectives:
                 bucket = timeline.bucket_of(node)
@@ -199,6 +202,12 @@ class CPUExecutable(Executable):
                           and n.op_type not in ("Parameter", "Constant")})
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The memory plan's arena of the last call's specialization: every intermediate value of a
+        step lives in it (parameters and feeds are the caller's); None before the first call."""
+        return self.last.memory.arena_bytes if self.last is not None else None
 
     @property
     def communicator(self) -> str:

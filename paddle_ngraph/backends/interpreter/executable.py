@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import ExecutionError, NgraphError
 from ...ir import Function
 from ...ir.ops.collective import COLLECTIVE_OPS
-from ...ir.ops.core import Parameter
+from ...ir.ops.core import Constant, Parameter
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, register_backend
 from .kernels import KERNELS
@@ -43,6 +43,9 @@ class InterpreterExecutable(Executable):
             if pos < len(self.nodes):
                 self.free_after[pos].append(node_id)
 
+    #: Peak bytes of the intermediate values of the last call (inputs and constants not counted).
+    peak_bytes = None
+
     def collective_progress(self):
         return self.labels, self.submitted, self.completed
 
@@ -54,6 +57,10 @@ class InterpreterExecutable(Executable):
         for p, value in zip(params, inputs):
             values[p.id] = [value]
         self.submitted = self.completed = 0
+        # Bytes of the values computed and not yet freed (a view counted as its own array): their
+        # peak over the call is this backend's counterpart of the CPU backend's planned arena.
+        sizes: dict[int, int] = {}
+        live = peak = 0
         tracing = self.tracing
         if tracing:
             spans = self._spans = timeline.Spans()
@@ -77,8 +84,14 @@ class InterpreterExecutable(Executable):
                     f"while executing node '{node.name}' ({node.op_type}) on inputs of shapes {shapes}: "
                     f"{type(e).__name__}: {e}") from e
             values[node.id] = outs
+            if not isinstance(node, Constant):
+                sizes[node.id] = sum(getattr(o, "nbytes", 0) for o in outs)
+                live += sizes[node.id]
+                peak = max(peak, live)
             for node_id in self.free_after[pos]:
                 values.pop(node_id, None)
+                live -= sizes.pop(node_id, 0)
+        self.peak_bytes = peak
         return [values[o.node.id][o.index] for o in self.function.results.values()]
 
     @staticmethod

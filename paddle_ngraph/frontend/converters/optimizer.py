@@ -1,7 +1,9 @@
-"""Optimizer updates: sgd, momentum, adam, adamw (legacy names; PIR adds a trailing '_')."""
+"""Optimizer updates: sgd, momentum, adam, adamw, lamb, lars_momentum (legacy names; PIR adds a
+trailing '_')."""
 from __future__ import annotations
 
 from ...ir import ops
+from .shape import set_list_output
 
 
 def _reject_multi_precision(ctx):
@@ -73,3 +75,25 @@ def lamb(ctx):
     for i, slot in enumerate([("ParamOut", "param_out"), ("Moment1Out", "moment1_out"), ("Moment2Out", "moment2_out"),
                               ("Beta1PowOut", "beta1_pow_out"), ("Beta2PowOut", "beta2_pow_out")]):
         ctx.set_output(slot, node.output(i))
+
+
+def lars_momentum(ctx):
+    """Paddle's op updates a list of parameters (one per op as LarsMomentumOptimizer builds it;
+    PIR packs each list with builtin.combine), each with its own decay: one node per parameter."""
+    _reject_multi_precision(ctx)
+    params, grads = ctx.inputs("Param", "param"), ctx.inputs("Grad", "grad")
+    velocities, lrs = ctx.inputs("Velocity", "velocity"), ctx.inputs("LearningRate", "learning_rate")
+    decays = ctx.attr("lars_weight_decay", default=[0.0005])
+    decays = list(decays) if isinstance(decays, (list, tuple)) else [decays]
+    counts = [len(params), len(grads), len(velocities), len(lrs), len(decays)]
+    if len(set(counts)) != 1:
+        raise ctx.fail("Param, Grad, Velocity, LearningRate and lars_weight_decay differ in length "
+                       f"({', '.join(map(str, counts))})")
+    attrs = dict(mu=float(ctx.attr("mu")), lars_coeff=float(ctx.attr("lars_coeff", default=0.001)),
+                 epsilon=float(ctx.attr("epsilon", default=0.0)),
+                 rescale_grad=float(ctx.attr("rescale_grad", default=1.0)))
+    nodes = [ops.LarsMomentumUpdate(p, g, lr, v, lars_weight_decay=float(d), **attrs)
+             for p, g, v, lr, d in zip(params, grads, velocities, lrs, decays)]
+    set_list_output(ctx, ("ParamOut", "param_out"), [n.output(0) for n in nodes], inplace_of=("Param", "param"))
+    set_list_output(ctx, ("VelocityOut", "velocity_out"), [n.output(1) for n in nodes],
+                    inplace_of=("Velocity", "velocity"))

@@ -6,6 +6,7 @@ import numpy as np
 
 from ...ir import Output, ops
 from ...ir.types import DType, normalize_axis
+from ..program_view import normalize
 from .helpers import constant, paddle_dtype
 
 
@@ -25,18 +26,27 @@ def zeros_like(x: Output) -> Output:
     return ops.BroadcastTo(constant(0, x.dtype), x).output()
 
 
-def set_list_output(ctx, slots: tuple, values: list):
+def set_list_output(ctx, slots: tuple, values: list, inplace_of: tuple = ()):
     """Binds the elements of a list output (``concat_grad``'s ``X@GRAD``). Legacy programs name
     each element in the slot; PIR returns one vector value that ``builtin.split`` unpacks, so the
-    elements are bound to the split's results."""
+    elements are bound to the split's results. ``inplace_of``: the list input that the output
+    overwrites in PIR (``lars_momentum_``'s ``param``): element i is also the new value of that
+    input's i-th variable, which is how later ops and the state results see it."""
     view = ctx.session.view
     if view.ir != "pir":
         for i, value in enumerate(values):
             ctx.set_output(slots, value, index=i)
         return
-    name = ctx.output_name(*slots)
-    vector = view.values.get(name) if name else None
-    if vector is None:
+    if inplace_of:
+        for i, value in enumerate(values):
+            ctx.session.bind(ctx.input_name(*inplace_of, index=i), value, ctx)
+    # The vector itself, by the slot's position: an in-place result is named after its input.
+    keys = list(ctx.op.outputs)
+    key = next((normalize(n) for n in slots if normalize(n) in ctx.op.outputs), None)
+    if key is None or ctx.op.native is None:
+        return
+    vector = ctx.op.native.results()[keys.index(key)]
+    if not vector.initialized():
         return
     for user in vector.all_used_ops():
         if user.name() == "builtin.split":

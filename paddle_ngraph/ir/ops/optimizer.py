@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..node import Node, register_op
 
-__all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate"]
+__all__ = ["OptimizerUpdate", "SGDUpdate", "MomentumUpdate", "AdamUpdate", "LambUpdate", "LarsMomentumUpdate"]
 
 
 class OptimizerUpdate(Node):
@@ -69,3 +69,28 @@ class LambUpdate(OptimizerUpdate):
     attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "always_adapt": False}
     num_inputs = 7
     state_inputs = (3, 4, 5, 6)
+
+
+@register_op
+class LarsMomentumUpdate(OptimizerUpdate):
+    """Inputs (param, grad, lr, velocity). Paddle's lars_momentum, for one parameter.
+
+    Momentum with a layer-wise learning rate: with g = rescale_grad * grad,
+    lr * lars_coeff * ||param|| / (||g|| + lars_weight_decay * ||param|| + epsilon) when
+    lars_weight_decay > 0 and both norms are > 0, else lr; then
+    velocity = mu * velocity + local_lr * (g + lars_weight_decay * param), param -= velocity.
+    Paddle's op takes a list of parameters with one decay each (0 for those excluded from
+    weight decay); the converters make one node per parameter.
+    """
+
+    op_type = "LarsMomentumUpdate"
+    attributes = {"mu": 0.9, "lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0, "rescale_grad": 1.0}
+    num_inputs = 4
+    state_inputs = (3,)
+
+    def infer(self):
+        types = super().infer()
+        velocity, param = self.input_type(3), self.input_type(0)
+        self.check(velocity.dtype == param.dtype and velocity.shape == param.shape,
+                   f"velocity {velocity} does not match parameter {param}")
+        return types

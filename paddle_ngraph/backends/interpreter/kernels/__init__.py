@@ -11,3 +11,4 @@ from .registry import KERNELS, kernel  # noqa: F401
 from . import basic  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
 from . import tensor  # noqa: F401,E402
+from . import lars  # noqa: F401,E402
