@@ -157,4 +157,6 @@ def load_checkpoint(program, root: str) -> int | None:
     for engine in engines():
         if engine.sharded is not None:
             engine.sharded.stale = True  # ZeRO-1: re-cut the slices from the loaded state
+        if hasattr(engine, "reset_snapshots"):  # local SGD: the loaded parameters are the new snapshots
+            engine.reset_snapshots()
     return int(_NAME.match(os.path.basename(path)).group(1))

@@ -137,6 +137,32 @@ class Config:
                 "their sum (Paddle's gradient_merge `avg`)",
         doc="With accumulate_steps k > 1: true (the default) updates with the mean of the k micro-batches'\n"
             "gradients, false with their sum, as Paddle's gradient_merge_configs['avg'] (true or false).")
+    localsgd_k_steps: int = option(
+        0, minimum=0,
+        summary="k >= 1: local SGD as Paddle's `strategy.localsgd` (`k_steps`): each rank updates with its own "
+                "gradients, parameters are averaged every k steps; 0 = off (see \"Local SGD\")",
+        doc="Local SGD (an integer >= 0; 0 = off), as Paddle's LocalSGDOptimizer (strategy.localsgd,\n"
+            "localsgd_configs k_steps) defines it: from step localsgd_begin_step + 1 on, each rank updates its\n"
+            "parameters with its own gradients (no collective), and every k steps the parameters are averaged\n"
+            "over the ranks (param = snapshot - AllReduce_sum(snapshot - param) * (1/N), snapshot = param). Steps\n"
+            "1..localsgd_begin_step average the parameters after every update. Batch norm's running statistics\n"
+            "are averaged too; optimizer state (momentum velocities) stays each rank's own. SGD and Momentum\n"
+            "only, as Paddle. With localsgd_adaptive, the first k (adaptive_localsgd_configs init_k_steps).")
+    localsgd_begin_step: int = option(
+        1, minimum=0,
+        summary="local SGD: steps 1..n average the parameters after every update (Paddle's `begin_step`)",
+        doc="Local SGD's begin_step (an integer >= 0; Paddle's localsgd_configs / adaptive_localsgd_configs\n"
+            "begin_step, default 1): steps 1..begin_step (counted by the engine, one per exe.run) average\n"
+            "the parameters after every update; local steps start at begin_step + 1.")
+    localsgd_adaptive: bool = option(
+        False,
+        summary="local SGD: k recomputed at each averaging from the global loss and the learning rate, as "
+                "Paddle's `strategy.adaptive_localsgd`",
+        doc="Adaptive local SGD, as Paddle's AdaptiveLocalSGDOptimizer (strategy.adaptive_localsgd), with\n"
+            "localsgd_k_steps as its init_k_steps (true or false). At every averaging step after begin_step,\n"
+            "k = clip(ceil(sqrt(lr_0 * loss / (lr * loss_0) * init_k_steps)), 1, 16) in float32, with loss the\n"
+            "loss averaged over the ranks (an AllReduce of one value) and lr the learning rate at that step,\n"
+            "loss_0 and lr_0 those of step 1. Needs localsgd_k_steps >= 1.")
     timeout_s: float = option(
         60, minimum=0, exclusive_minimum=True,
         summary="longest wait of a collective for the other ranks (and the ccl start-up rendezvous); then every "
@@ -303,6 +329,20 @@ def check_combination(config: Mapping, source: str) -> None:
         # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
         raise ConfigError(f"{source}: compress: {config['compress']!r} cannot be combined with zero_stage 1 (the "
                           f"sharded buckets are reduce-scattered in float32); set one of them")
+    if config["localsgd_adaptive"] and not config["localsgd_k_steps"]:
+        raise ConfigError(f"{source}: localsgd_adaptive needs localsgd_k_steps >= 1 (its init_k_steps); got "
+                          f"localsgd_k_steps 0 (off)")
+    if config["localsgd_k_steps"]:
+        # Local steps have no gradient AllReduce, which these keys configure, and the optimizer
+        # state each rank keeps for its own updates cannot be sharded.
+        clash = [f"{key} {config[key]!r}" for key, off in (("zero_stage", 0), ("accumulate_steps", 1),
+                                                          ("compress", "none"), ("reduction", "avg"))
+                 if config[key] != off]
+        if clash:
+            raise ConfigError(f"{source}: localsgd_k_steps {config['localsgd_k_steps']} (local SGD) cannot be "
+                              f"combined with {', '.join(clash)}: local SGD averages parameters, not gradients, "
+                              f"and each rank keeps its whole optimizer state; set localsgd_k_steps 0 or "
+                              f"leave these at their defaults")
 
 
 def _validated(config: dict, source: str) -> dict:

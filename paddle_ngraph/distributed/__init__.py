@@ -65,7 +65,7 @@ def initial_sync(engine, arrays):
     """Before the first step: check that all ranks run the same function, then copy rank 0's
     parameters and optimizer state to every rank, so they start identical whatever their seeds."""
     transport = engine.transport
-    check_consistency(engine.functions, transport, {"accumulate_steps": engine.accumulate_steps})
+    check_consistency(engine.functions, transport, engine.settings)
     for param, array in zip(engine.function.parameters, arrays):
         if param.attrs["role"] in ("parameter", "state"):
             transport.broadcast(array, root=0)

@@ -409,6 +409,9 @@ def check_options(config: dict):
     if config.get("accumulate_steps", 1) != 1:
         raise ConfigError("accumulate_steps: in dygraph, accumulate with `with model.no_sync():` for the first k-1 "
                           "micro-batches (as with paddle.DataParallel); accumulate_steps must be 1")
+    if config.get("localsgd_k_steps", 0):
+        raise ConfigError("localsgd_k_steps: local SGD is for static programs (the engine runs their optimizer "
+                          "update); in dygraph the optimizer is yours, so localsgd_k_steps must be 0")
     if config.get("recompute_checkpoints"):
         raise ConfigError("recompute_checkpoints: names forward variables of a static program; a dygraph Layer's "
                           "captured program has none to name (use paddle.distributed.fleet.utils.recompute in "

@@ -8,7 +8,8 @@ each feature is either mapped onto what the engine does, with Paddle's semantics
 
 - configuration: ``gradient_merge`` -> ``accumulate_steps``/``accumulate_avg``; ``sharding``
   stage 1 -> ``zero_stage`` 1; ``fp16_allreduce`` -> ``compress: fp16``; ``sync_batch_norm``
-  -> ``sync_batch_norm``; ``recompute`` -> ``recompute_checkpoints``. Keys set in ``strategy.ngraph_configs`` win over these (logged once).
+  -> ``sync_batch_norm``; ``recompute`` -> ``recompute_checkpoints``; ``localsgd`` and
+  ``adaptive_localsgd`` -> ``localsgd_k_steps``, ``localsgd_begin_step``, ``localsgd_adaptive``. Keys set in ``strategy.ngraph_configs`` win over these (logged once).
 - the inner optimizer, as Paddle's ``LarsOptimizer``/``LambOptimizer`` meta optimizers build
   it: ``lars`` turns Momentum into ``LarsMomentumOptimizer``, ``lamb`` turns Adam into ``Lamb``.
 
@@ -31,8 +32,8 @@ FEATURES: dict[str, str | None] = {
     "sync_batch_norm": None,
     "lars": None,
     "lamb": None,
-    "localsgd": "not available yet with strategy.ngraph",
-    "adaptive_localsgd": "not available yet with strategy.ngraph",
+    "localsgd": None,
+    "adaptive_localsgd": None,
     "recompute": None,
     "amp": "mixed precision is not available on the engine (float32 training)",
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
@@ -50,7 +51,8 @@ FEATURES: dict[str, str | None] = {
 # Paddle's meta optimizers whose work the engine does when their feature is mapped.
 ABSORBED = {"GradientMergeOptimizer": "gradient_merge", "ShardingOptimizer": "sharding",
             "FP16AllReduceOptimizer": "fp16_allreduce", "LarsOptimizer": "lars", "LambOptimizer": "lamb",
-            "RecomputeOptimizer": "recompute"}
+            "RecomputeOptimizer": "recompute", "LocalSGDOptimizer": "localsgd",
+            "AdaptiveLocalSGDOptimizer": "adaptive_localsgd"}
 HYBRID_DEGREES = ("mp_degree", "pp_degree", "dp_degree")
 _SAID: set = set()  # conflicts already logged
 
@@ -92,7 +94,27 @@ def config_overrides(strategy) -> dict:
         overrides["sync_batch_norm"] = True
     if enabled(strategy, "recompute"):
         overrides.update(recompute_overrides(strategy.recompute_configs))
+    overrides.update(localsgd_config(strategy))
     return overrides
+
+
+def localsgd_config(strategy) -> dict:
+    """The keys ``strategy.localsgd`` / ``strategy.adaptive_localsgd`` and their ``*_configs`` map
+    onto, one to one: k_steps (adaptive: init_k_steps) -> localsgd_k_steps, begin_step ->
+    localsgd_begin_step, adaptive_localsgd -> localsgd_adaptive. Empty when both are off."""
+    plain, adaptive = enabled(strategy, "localsgd"), enabled(strategy, "adaptive_localsgd")
+    if plain and adaptive:
+        raise ConfigError("strategy.localsgd and strategy.adaptive_localsgd are exclusive (Paddle's meta optimizers "
+                          "black-list each other); turn one off")
+    if not (plain or adaptive):
+        return {}
+    source = "strategy.adaptive_localsgd_configs" if adaptive else "strategy.localsgd_configs"
+    configs = strategy.adaptive_localsgd_configs if adaptive else strategy.localsgd_configs
+    k_key = "init_k_steps" if adaptive else "k_steps"
+    k, begin = int(configs[k_key]), int(configs["begin_step"])
+    if k < 1 or begin < 0:
+        raise ConfigError(f"{source}: {k_key} must be >= 1 and begin_step >= 0, got {k_key} {k}, begin_step {begin}")
+    return {"localsgd_k_steps": k, "localsgd_begin_step": begin, "localsgd_adaptive": adaptive}
 
 
 def recompute_overrides(configs) -> dict:

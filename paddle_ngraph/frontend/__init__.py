@@ -10,7 +10,7 @@ from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarI
 from .session import FETCH_PREFIX, STATE_PREFIX, ConversionSession, find_unsupported
 
 __all__ = ["decode", "OP_TABLE", "SKIPPED_OPS", "ProgramView", "OpView", "VarInfo", "ConversionSession",
-           "find_unsupported", "forward_sinks", "FETCH_PREFIX", "STATE_PREFIX"]
+           "find_unsupported", "forward_sinks", "loss_name", "FETCH_PREFIX", "STATE_PREFIX"]
 
 
 def _is_pir_program(program) -> bool:
@@ -44,3 +44,18 @@ def forward_sinks(view: ProgramView) -> list[OpView]:
     forward = [op for op in view.ops if op.role == FORWARD and op.type not in SKIPPED_OPS]
     read_by_forward = {n for op in forward for n in op.input_names()}
     return [op for op in forward if op.output_names() and not any(n in read_by_forward for n in op.output_names())]
+
+
+def loss_name(view: ProgramView) -> str | None:
+    """The loss the backward pass starts from (what ``minimize(loss)`` was given), found from the
+    gradient seed: a legacy program's first backward op, ``fill_constant``, writes ``<loss>@GRAD``;
+    a PIR program's ``full_like(loss, full(1.0))`` reads the loss. None without such a seed."""
+    backward = [op for op in view.ops if op.block == 0 and op.role == BACKWARD][:2]
+    for op in backward:
+        if op.type == "fill_constant":
+            out = op.output_names()
+            if len(out) == 1 and out[0].endswith("@GRAD"):
+                return out[0][:-len("@GRAD")]
+        elif op.type == "pd_op.full_like" and op.inputs.get("x"):
+            return op.inputs["x"][0]
+    return None

@@ -16,10 +16,11 @@ from .. import _bridge
 from ..backends import get_backend
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, ConversionError, UnsupportedOpsError
-from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_unsupported
+from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_unsupported, loss_name
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
+from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
 from ..passes.recompute import Recompute
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
@@ -97,8 +98,9 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
     plan = plan_segments(view, fetch_list, refused=refused_by_converters(view) if config.fallback else None)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
-    if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1):
-        what = "zero_stage 1" if config.zero_stage else "accumulate_steps"
+    if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
+        what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
+                else "localsgd_k_steps (local SGD)")
         raise ConfigError(f"{what} needs the whole program on the engine; these ops fall back to Paddle: "
                           f"{plan.fallback_summary()}")
     if plan.fallback:
@@ -114,7 +116,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         transport.set_hierarchical(config.hierarchical)
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
                                                       "compress", "accumulate_steps", "accumulate_avg",
-                                                      "timeout_s", "sync_batch_norm")}
+                                                      "timeout_s", "sync_batch_norm", "localsgd_k_steps",
+                                                      "localsgd_begin_step", "localsgd_adaptive")}
     settings["recompute_checkpoints"] = checkpoints
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
@@ -194,6 +197,10 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
                               f"the engine's converters do not make; run with fallback=False to see the ops")
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=f"ngraph_engine_{seg.index}")
+    localsgd_on = settings["localsgd_k_steps"] > 0
+    if localsgd_on and seg.allreduce:
+        raise ConfigError(f"localsgd_k_steps (local SGD) needs the optimizer updates on the engine; the updates of "
+                          f"{', '.join(seg.allreduce)} fall back to Paddle")
     recompute = None
     if settings["recompute_checkpoints"]:
         # First, so that the variants and collective passes below all see the copies.
@@ -205,6 +212,19 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
             PassManager([recompute]).run(function)
     if seg.allreduce and transport.size > 1:
         function = average_results(function, seg.allreduce, settings["reduction"], settings["compress"])
+    skip = {n for n, v in view.vars.items() if v.is_distributed}
+    localsgd = None
+    if localsgd_on:
+        supported_updates(function)  # refuses what Paddle's local SGD does not cover, on one process too
+    if localsgd_on and transport.size > 1:  # as Paddle's _can_apply: one rank trains as it is
+        if settings["localsgd_adaptive"]:
+            function = with_adaptive_results(function, _loss_value(view, session))
+        local = build_local(function)
+        function, params, snapshots = build_sync(function, transport.size, int(settings["bucket_mb"] * (1 << 20)),
+                                                 settings["min_buckets"], skip)
+        localsgd = LocalSGD(settings["localsgd_k_steps"], settings["localsgd_begin_step"],
+                            settings["localsgd_adaptive"], local, params, snapshots)
+        PassManager([]).run(local)  # validates (and dumps, if asked)
     original = function
     accumulate_steps, zero_stage = settings["accumulate_steps"], settings["zero_stage"]
     if accumulate_steps > 1:
@@ -213,8 +233,7 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         # gradients); the accumulate variant, built after them, has no collective.
         function, accumulators = build_apply(original, accumulate_steps, settings["accumulate_avg"])
     passes, sharding = [], None
-    if transport.size > 1:
-        skip = {n for n, v in view.vars.items() if v.is_distributed}
+    if transport.size > 1 and localsgd is None:  # local SGD averages parameters, not gradients
         buckets = dict(bucket_bytes=int(settings["bucket_mb"] * (1 << 20)), reduction=settings["reduction"],
                        skip_params=skip, min_buckets=settings["min_buckets"])
         if zero_stage == 1:
@@ -236,6 +255,8 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         accumulation = Accumulation(accumulate_steps, accumulate, accumulators)
     executable = compiler.compile(function, inplace_results=_inplace_results(function))
     accumulate_executable = None
+    local_executable = compiler.compile(localsgd.local, inplace_results=_inplace_results(localsgd.local)) \
+        if localsgd else None
     if accumulation:
         accumulate_executable = compiler.compile(accumulation.accumulate,
                                                  inplace_results=_inplace_results(accumulation.accumulate))
@@ -249,7 +270,8 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     engine = Engine(function, executable, outputs, transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
                     timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable,
-                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out, order_inputs=order_inputs)
+                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out, order_inputs=order_inputs,
+                    localsgd=localsgd, local_executable=local_executable)
     engine.recomputed = recompute.recomputed if recompute is not None else []
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
@@ -257,6 +279,21 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def _loss_value(view, session):
+    """The IR value of the loss the backward pass starts from, for adaptive local SGD. The loss op
+    itself is usually a forward sink left to Paddle for fetching: it is converted here once more."""
+    name = loss_name(view)
+    if name is None:
+        raise ConfigError("localsgd_adaptive: no loss found (the backward pass's seed, the gradient of the loss, "
+                          "is not in the program's main block); adaptive local SGD reads the loss")
+    if name not in session.env:
+        producer = next((op for op in view.ops if op.block == 0 and name in op.output_names()), None)
+        if producer is None or not all(n in session.env for n in producer.input_names()):
+            raise ConfigError(f"localsgd_adaptive: the loss '{name}' is not computed by the engine")
+        session.convert_ops([producer])
+    return session.env[name]
 
 
 def checkpoint_name(view, handle) -> str:

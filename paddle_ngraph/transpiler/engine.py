@@ -11,6 +11,14 @@ update), the k-th runs the apply one (AllReduce and update). The engine owns the
 (zero-initialized NumPy arrays, one per gradient, passed after Paddle's inputs) and zeroes them
 after each apply step.
 
+With local SGD (``localsgd``, passes/local_sgd.py) the engine also holds two variants: the
+sync one (the updates, then the parameters averaged over the ranks) on the steps Paddle's
+LocalSGDOptimizer averages (every step up to ``begin_step``, then every k-th), the local one (no
+collective) on the others. The engine counts the steps (1-based, as Paddle's step counter), keeps
+``last_step``, k (recomputed by the adaptive rule from the loss averaged over the ranks) and the
+snapshots (one NumPy array per averaged parameter, passed to the sync variant after Paddle's
+inputs, set to the parameters at the first step and after every averaging).
+
 With the fallback (``segments.py``) a program has several engines, one per segment. Values that
 only later segments read are handed over in ``handover``, a dict the engines of one program share:
 a segment's engine stores them after its step, a later one passes them to its executable as its
@@ -28,6 +36,7 @@ from ..errors import ExecutionError
 from ..frontend import FETCH_PREFIX, STATE_PREFIX
 from ..ir import Function
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
+from ..passes import local_sgd
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX
 
 _ids = itertools.count(1)
@@ -79,16 +88,18 @@ class Engine:
 
     def __init__(self, function: Function, executable, fetch_names: list[str], transport=None, on_first_run=None,
                  watchdog=None, sharded=None, timeline=None, accumulation=None, accumulate_executable=None,
-                 handover=None, handed_in=(), handed_out=(), order_inputs=0):
+                 handover=None, handed_in=(), handed_out=(), order_inputs=0, localsgd=None, local_executable=None):
         """``function``/``executable``: what runs every step, or with ``accumulation`` the apply
-        variant (it has the collectives and the update) and ``accumulate_executable`` the other."""
+        variant (it has the collectives and the update) and ``accumulate_executable`` the other,
+        or with ``localsgd`` the sync variant and ``local_executable`` the local one."""
         self.id = next(_ids)
         # backends/timeline.py (PADDLE_NGRAPH_TIMELINE): the executable's spans of every step.
         self.timeline = timeline
         if timeline is not None:
             executable.set_tracing(True)
-            if accumulate_executable is not None:
-                accumulate_executable.set_tracing(True)
+            for other in (accumulate_executable, local_executable):
+                if other is not None:
+                    other.set_tracing(True)
         self.watchdog = watchdog  # distributed/watchdog.py: bounds every collective's wait
         # ZeRO-1 (sharded_state.py): this rank's slices of parameters and optimizer state, the
         # function's last parameters; Paddle's operator passes the ones before them.
@@ -101,8 +112,9 @@ class Engine:
         self.scope_sync: list[str] = []
         self.handed_in = list(handed_in)
         self.order_inputs = order_inputs
+        self.localsgd = localsgd
         self.num_inputs = (len(function.parameters) - len(self.accumulators) - (len(sharded.arrays) if sharded else 0)
-                           - len(self.handed_in))
+                           - len(self.handed_in) - (len(localsgd.snapshots) if localsgd else 0))
         # What the operator passes, in order: the passes may drop inputs (ZeRO-1's full moments).
         self.input_names = [p.name for p in function.parameters[:self.num_inputs]]
         self.function = function
@@ -119,6 +131,15 @@ class Engine:
         _ENGINES[self.id] = self
         self.apply = Variant(function, executable, fetch_names)
         self.accumulate = Variant(accumulation.accumulate, accumulate_executable, fetch_names) if accumulation else None
+        self.local = None
+        if localsgd:
+            self.local = Variant(localsgd.local, local_executable, fetch_names)
+            # Paddle's step-counter state: the last averaging step and k (the adaptive rule's changes).
+            self.last_step = local_sgd.initial_last_step(localsgd.begin_step, localsgd.adaptive)
+            self.k_steps = localsgd.k_steps
+            self.loss_0 = self.lr_0 = None  # adaptive: step 1's global loss and learning rate
+            self.snapshots: list | None = None  # set at the first step, from the start-up broadcast's values
+            self._snapshot_inputs = [self.input_names.index(n) for n in localsgd.params]
         self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
         results = list(function.results)
         self.handed_out = [(n, results.index(FETCH_PREFIX + n)) for n in handed_out]
@@ -126,13 +147,30 @@ class Engine:
     @property
     def functions(self) -> list[Function]:
         """What the executables run: the start-up sync checks that every rank has the same."""
-        return [self.function] + ([self.accumulate.function] if self.accumulate else [])
+        return ([self.function] + ([self.accumulate.function] if self.accumulate else [])
+                + ([self.local.function] if self.local else []))
+
+    @property
+    def settings(self) -> dict:
+        """What the start-up sync compares across ranks besides the functions."""
+        return {"accumulate_steps": self.accumulate_steps, **(self.localsgd.settings if self.localsgd else {})}
 
     def next_variant(self) -> Variant:
-        """The k-th call of every k applies; the others accumulate."""
+        """The k-th call of every k applies; the others accumulate. Local SGD: the sync variant
+        on Paddle's averaging steps, the local one on the others."""
+        if self.local is not None:
+            step = self.steps + 1
+            synced = local_sgd.synchronizes(step, self.localsgd.begin_step, self.last_step, self.k_steps)
+            return self.apply if synced else self.local
         if self.accumulate is None or (self.steps + 1) % self.accumulate_steps == 0:
             return self.apply
         return self.accumulate
+
+    def reset_snapshots(self):
+        """After parameters were replaced from outside (a checkpoint loaded): the next step takes
+        its snapshots from them, as Paddle's startup program takes them from the initial values."""
+        if self.local is not None:
+            self.snapshots = None
 
     def output_shapes(self) -> list[tuple]:
         return [self.function.results[FETCH_PREFIX + n].shape for n in self.fetch_names]
@@ -214,6 +252,11 @@ class Engine:
                 self.sharded.pull({p.name: a for p, a in zip(self.function.parameters, arrays)})
             if variant is self.apply:  # the accumulate variant has no update, so no slices
                 arrays += self.sharded.arrays
+        if self.local is not None:
+            if self.snapshots is None:
+                self.snapshots = [np.array(paddle_inputs[i], copy=True) for i in self._snapshot_inputs]
+            if variant is self.apply:
+                arrays += self.snapshots
         begin = time.monotonic() if self.timeline is not None else 0.0
         outputs = variant.executable.call(arrays, self.transport)
         if self.timeline is not None:
@@ -238,12 +281,36 @@ class Engine:
                     value = value.copy()
                 self.handover[name] = value
         fetched = [(code, outputs[pos]) for code, pos in zip(self.output_codes, variant.fetch_positions)]
-        if variant is self.apply:
+        if self.local is not None:
+            self._localsgd_bookkeeping(variant, outputs, paddle_inputs)
+        if variant is self.apply or variant is self.local:
             self.updates += 1
             for accumulator in self.accumulators:
                 accumulator.fill(0)
         self.steps += 1
         return fetched
+
+    def _localsgd_bookkeeping(self, variant: Variant, outputs, paddle_inputs):
+        """After a local SGD step: Paddle's ``snapshot = param`` and ``last_step = step`` on an
+        averaging step; the adaptive rule's loss_0/lr_0 (step 1) and new k (averaging steps after
+        begin_step), from the loss averaged over the ranks, as Paddle's all_reduce and scale."""
+        step, config = self.steps + 1, self.localsgd
+        synced = variant is self.apply
+        if synced:
+            for snapshot, i in zip(self.snapshots, self._snapshot_inputs):
+                np.copyto(snapshot, paddle_inputs[i], casting="no")
+        if config.adaptive and (step == 1 or (synced and step > config.begin_step)):
+            results = list(variant.function.results)
+            loss = np.asarray(outputs[results.index(local_sgd.LOSS_RESULT)], dtype=np.float32).reshape(1)
+            lr = np.float32(np.asarray(outputs[results.index(local_sgd.LR_RESULT)]).reshape(-1)[0])
+            total = self.transport.allreduce(np.array(loss, copy=True), "sum", name="localsgd_loss")
+            avg_loss = np.float32(total[0]) * np.float32(1.0 / self.transport.size)
+            if step == 1:
+                self.loss_0, self.lr_0 = avg_loss, lr
+            if synced and step > config.begin_step:
+                self.k_steps = local_sgd.next_k_steps(config.k_steps, self.lr_0, self.loss_0, lr, avg_loss)
+        if synced:
+            self.last_step = step
 
     def _record_timeline(self, executable, begin: float, end: float):
         from ..backends.timeline import Span

@@ -268,6 +268,49 @@ def test_gradient_merge_maps_onto_accumulation(static_fleet):
     assert (config["accumulate_steps"], config["accumulate_avg"]) == (3, False)
 
 
+def test_localsgd_flags_map_one_to_one_onto_the_keys_and_ngraph_configs_win():
+    from paddle_ngraph.fleet.features import localsgd_config, merged_overrides as strategy_overrides
+
+    strategy = fleet.DistributedStrategy()
+    assert localsgd_config(strategy) == {}
+    strategy.localsgd = True  # Paddle's default configs: k_steps 1, begin_step 1
+    assert localsgd_config(strategy) == {"localsgd_k_steps": 1, "localsgd_begin_step": 1, "localsgd_adaptive": False}
+    strategy.localsgd_configs = {"k_steps": 4, "begin_step": 30}
+    assert localsgd_config(strategy) == {"localsgd_k_steps": 4, "localsgd_begin_step": 30, "localsgd_adaptive": False}
+    strategy.ngraph_configs = {"localsgd_k_steps": 8}
+    assert strategy_overrides(strategy)["localsgd_k_steps"] == 8
+    assert cfg.resolve_config(strategy_overrides(strategy))["localsgd_begin_step"] == 30
+    strategy.adaptive_localsgd = True
+    with pytest.raises(ConfigError, match="localsgd and strategy.adaptive_localsgd are exclusive"):
+        localsgd_config(strategy)
+    strategy.localsgd = False
+    strategy.adaptive_localsgd_configs = {"init_k_steps": 2, "begin_step": 0}
+    assert localsgd_config(strategy) == {"localsgd_k_steps": 2, "localsgd_begin_step": 0, "localsgd_adaptive": True}
+    strategy.adaptive_localsgd_configs = {"init_k_steps": 0}
+    with pytest.raises(ConfigError, match="adaptive_localsgd_configs: init_k_steps must be >= 1"):
+        localsgd_config(strategy)
+
+
+def test_localsgd_reaches_transpile_and_refuses_what_paddle_does_not_cover(static_fleet):
+    from paddle_ngraph.transpiler import engines
+
+    guard, main, startup, loss = _build(legacy=False)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = {"backend": "INTERPRETER"}
+    strategy.localsgd = True
+    with guard, paddle.static.program_guard(main, startup):
+        fleet.distributed_optimizer(paddle.optimizer.Momentum(0.1), strategy).minimize(loss)
+    assert fleet.fleet._get_applied_meta_list() == ["NgraphOptimizer"]
+    assert engines()[-1].local is None  # one process: nothing to average, as Paddle's _can_apply
+    guard, main, startup, loss = _build(legacy=False)
+    with guard, paddle.static.program_guard(main, startup), pytest.raises(ConfigError, match="SGD and Momentum"):
+        fleet.distributed_optimizer(paddle.optimizer.Adam(0.1), strategy).minimize(loss)
+    strategy.ngraph_configs = {"zero_stage": 1}
+    with pytest.raises(ConfigError, match="localsgd_k_steps 1 .local SGD. cannot be combined with zero_stage 1"):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+
+
 def test_without_the_flag_paddle_chooses_as_before(static_fleet):
     guard, main, startup, loss = _build(legacy=True)
     with guard, paddle.static.program_guard(main, startup):

@@ -72,7 +72,7 @@ def test_fallback_false_refuses(ir):
         assert "ngraph_engine" not in " ".join(op_types(main))  # refused before any change
 
 
-@pytest.mark.parametrize("option", [dict(zero_stage=1), dict(accumulate_steps=2)])
+@pytest.mark.parametrize("option", [dict(zero_stage=1), dict(accumulate_steps=2), dict(localsgd_k_steps=2)])
 def test_whole_program_options_refused_with_fallback(option):
     with ir_guard("pir"):
         main, _, _ = fm.build("cumsum")
