@@ -1,4 +1,5 @@
-"""Fleet integration: ``strategy.ngraph = True`` in an otherwise plain fleet static training script.
+"""Fleet integration: ``strategy.ngraph = True`` in an otherwise plain fleet training script (static
+programs: meta_optimizer.py; dygraph: dygraph.py; Paddle's own strategy features: features.py).
 
 ``import paddle_ngraph`` calls ``install_hooks()``, which adds to Paddle's fleet:
 

@@ -49,9 +49,11 @@ def _set_configs(self, configs) -> None:
     object.__setattr__(self, "_ngraph_configs", merged)
 
 
-_FLAG_DOC = """Run collective static-graph training on paddle_ngraph's engine (CPU data parallelism):
+_FLAG_DOC = """Run collective training on paddle_ngraph's engine (CPU data parallelism). Static graphs:
 ``fleet.distributed_optimizer(opt, strategy).minimize(loss)`` appends backward and the
-optimizer, then ``paddle_ngraph.transpile``s the program. Default: False."""
+optimizer, then ``paddle_ngraph.transpile``s the program. Dygraph: ``fleet.distributed_model``
+returns ``paddle_ngraph.DataParallel``. Paddle's own strategy features are mapped or refused
+(``paddle_ngraph/fleet/features.py``). Default: False."""
 
 _CONFIGS_DOC = f"""paddle_ngraph's configuration overrides, any of: {', '.join(KEYS)}
 (the fields of paddle_ngraph.Config, documented in configs/defaults.yaml). Assigning a dict
