@@ -92,6 +92,7 @@ def closed_ancestors(paths: list[str]) -> dict[str, list[str]]:
 
 
 _INSTALLED: list[str] = []
+POD_OWN_DIRS = ("/opt", "/home", "/tmp")  # each pod mounts an empty tmpfs of its own over these
 
 
 def installed_package() -> str:
@@ -168,21 +169,39 @@ class Pod:
             lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {q(ancestor)}")
             for path, stash in zip(paths, keep):
                 lines += [f"mkdir -p {q(path)}", f"mount --bind {q(stash)} {q(path)}"]
+        # The pod gets its own /opt, /home and /tmp (empty tmpfs): what it needs from below them (a
+        # checkout or venv under /tmp, as a CI's clone may be) is kept aside first, outside them,
+        # and mounted back at the same path after.
+        covered = [p for p in dict.fromkeys(needed_host_paths())
+                   if any(p == c or p.startswith(c + "/") for c in POD_OWN_DIRS)]
+        aside = {p: os.path.join(self.r.keep_dir, self.hostname, str(i)) for i, p in enumerate(covered)}
+        for path, stash in aside.items():
+            lines += [f"mkdir -p {q(stash)}", f"mount --bind {q(path)} {q(stash)}"]
+
+        def visible(path):  # where ``path`` can still be read once /opt, /home and /tmp are covered
+            for kept, stash in aside.items():
+                if path == kept or path.startswith(kept + "/"):
+                    return stash + path[len(kept):]
+            return path
+
         venv = needed_host_paths()[0]
         installed = installed_package()
         if installed != os.path.join(ROOT, "paddle_ngraph"):  # the image's wheel is this checkout's
             lines.append(f"mount --bind {q(os.path.join(ROOT, 'paddle_ngraph'))} {q(installed)}")
         lines += ["mount -t tmpfs -o mode=0755 tmpfs /opt",
                   f"mkdir -p {IMAGE}/venv {IMAGE}/examples",
-                  f"mount --bind {q(venv)} {IMAGE}/venv",
-                  f"mount --bind {q(os.path.join(ROOT, 'examples'))} {IMAGE}/examples",
+                  f"mount --bind {q(visible(venv))} {IMAGE}/venv",
+                  f"mount --bind {q(visible(os.path.join(ROOT, 'examples')))} {IMAGE}/examples",
                   "mount -t tmpfs -o mode=0755 tmpfs /home",
                   f"mkdir -p {HOME}",
-                  f"cp {q(os.path.join(ROOT, 'deploy', 'image', 'sshd_config'))} {HOME}/.sshd_config",
+                  f"cp {q(visible(os.path.join(ROOT, 'deploy', 'image', 'sshd_config')))} {HOME}/.sshd_config",
                   f"chown -R {UID}:{UID} {HOME}"]
         if secret:
             lines += [f"mkdir -p {q(self.r.ssh_mount)}", f"mount --bind -o ro {q(secret)} {q(self.r.ssh_mount)}"]
-        lines += ["mount -t tmpfs -o mode=1777 tmpfs /tmp", f"cd {HOME}"]
+        lines += ["mount -t tmpfs -o mode=1777 tmpfs /tmp"]
+        for path, stash in aside.items():
+            lines += [f"mkdir -p {q(path)}", f"mount --bind {q(stash)} {q(path)}"]
+        lines.append(f"cd {HOME}")
         if self.start_delay:
             lines.append(f"sleep {self.start_delay:g}  # the container starts late (a slow image pull)")
         env = [f"{k}={v}" for k, v in self.env.items()]
@@ -283,6 +302,8 @@ class Rehearsal:
         self.k8s_namespace = manifest["metadata"].get("namespace", "default")
         self.ssh_mount = manifest["spec"].get("sshAuthMountPath", "/root/.ssh")
         self.tmp = tempfile.mkdtemp(prefix="k8s_rehearsal.")
+        # Outside the directories each pod covers with its own tmpfs (Pod.setup_script).
+        self.keep_dir = f"/run/k8s_rehearsal.{os.getpid()}"
         self.cluster = netns_cluster.Cluster(pods, None, None, False, prefix=PREFIX, subnet=SUBNET)
         self.pods: list[Pod] = []
 
@@ -299,6 +320,7 @@ class Rehearsal:
             pod.stop()
         self.cluster.__exit__(*exc)
         shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.keep_dir, ignore_errors=True)
         return False
 
     def generate_ssh_secret(self) -> str:
