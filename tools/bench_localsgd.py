@@ -14,35 +14,15 @@ rounds, with the range. Prints a Markdown table (and writes it to --out if given
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 
-from paddle_ngraph.quiet import quiet_env
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, "tools", "netns_cluster.py")
-RATE = re.compile(r"\[rank 0\] ([0-9.]+) samples/s")
-
+import bench_netns  # noqa: E402  (tools/, the script's own folder)
 
 def measure(k: int, link: str, args) -> float | None:
-    cmd = [sys.executable, TOOL, "--hosts", str(args.hosts), "--ranks-per-host", "1", "--launcher", "mpirun"]
-    if link != "none":
-        cmd += ["--rate", link]
-    cmd += ["--env", f"PADDLE_NGRAPH_LOCALSGD_K_STEPS={k}"]
-    for item in args.env:
-        cmd += ["--env", item]
-    cmd += ["--", "--steps", str(args.steps), "--warmup", str(args.warmup), "--log-every", str(10 ** 9),
-            "--batch-size", str(args.batch_size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=quiet_env(PYTHONPATH=ROOT))
-    found = RATE.search(proc.stdout)
-    if proc.returncode != 0 or not found:
-        print(f"\nfailed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-1500:]}", file=sys.stderr, flush=True)
-        return None
-    return float(found.group(1))
+    """Samples/s of the fleet example with local SGD every k steps (0: synchronous), one rank per host."""
+    return bench_netns.measure(args.hosts, 1, {"LOCALSGD_K_STEPS": k}, link, args)
 
 
 def main():

@@ -299,10 +299,45 @@ inline T inv_std(T variance, T epsilon) {
   return T(1) / std::sqrt(variance + epsilon);
 }
 
+// The outputs of a training batch norm once its batch statistics are known: stats(c, mean,
+// variance) gives channel c's; the running ones are updated as running * momentum + batch *
+// (1 - momentum), the saved ones written, and y = x * new_scale + new_bias with new_scale =
+// inv_std * scale, new_bias = bias - mean * inv_std * scale (Paddle's folding). ``folded`` holds
+// 2C values of scratch. Shared by the single-rank kernel and the one from all ranks' sums.
+template <class T, class Stats>
+void finish_batch_norm_training(const ChannelLayout& L, Stats stats, T epsilon, T momentum,
+                                const std::vector<Tensor>& in, std::vector<Tensor>& out, T* folded) {
+  const T* x = in[0].as<T>();
+  const T* scale = in[1].as<T>();
+  const T* bias = in[2].as<T>();
+  const T* running_mean = in[3].as<T>();
+  const T* running_var = in[4].as<T>();
+  T* y = out[0].as<T>();
+  T* mean_out = out[1].as<T>();
+  T* var_out = out[2].as<T>();
+  T* saved_mean = out[3].as<T>();
+  T* saved_inv_std = out[4].as<T>();
+  const int64_t C = L.C;
+  T* ns = folded;
+  T* nb = folded + C;
+  const T keep = momentum, take = T(1) - momentum;
+  for (int64_t c = 0; c < C; ++c) {
+    T mean, variance;
+    stats(c, mean, variance);
+    const T inv = inv_std(variance, epsilon);
+    mean_out[c] = running_mean[c] * keep + mean * take;
+    var_out[c] = running_var[c] * keep + variance * take;
+    saved_mean[c] = mean;
+    saved_inv_std[c] = inv;
+    ns[c] = inv * scale[c];
+    nb[c] = bias[c] - mean * inv * scale[c];
+  }
+  channel_map(L, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+}
+
 // Inputs (x, scale, bias, running_mean, running_variance); outputs (y, mean_out, variance_out,
-// saved_mean, saved_inv_std). Batch statistics (biased variance, two passes); the running ones
-// updated as running * momentum + batch * (1 - momentum); y = x * new_scale + new_bias with
-// new_scale = inv_std * scale, new_bias = bias - mean * inv_std * scale (Paddle's folding).
+// saved_mean, saved_inv_std). Batch statistics (biased variance, two passes), then
+// finish_batch_norm_training.
 template <class T>
 class BatchNormTrainingKernel : public Kernel {
  public:
@@ -317,24 +352,16 @@ class BatchNormTrainingKernel : public Kernel {
     partial_.resize(L_.chunks * L_.C);
     sums_.resize(L_.C);
     mean_.resize(L_.C);
-    new_scale_.resize(L_.C);
-    new_bias_.resize(L_.C);
+    variance_.resize(L_.C);
+    folded_.resize(2 * L_.C);
   }
 
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     const T* x = in[0].as<T>();
-    const T* scale = in[1].as<T>();
-    const T* bias = in[2].as<T>();
-    const T* running_mean = in[3].as<T>();
-    const T* running_var = in[4].as<T>();
-    T* y = out[0].as<T>();
-    T* mean_out = out[1].as<T>();
-    T* var_out = out[2].as<T>();
-    T* saved_mean = out[3].as<T>();
-    T* saved_inv_std = out[4].as<T>();
     const int64_t C = L_.C;
     const T count = static_cast<T>(L_.count());
     T* mean = mean_.data();
+    T* variance = variance_.data();
 
     channel_sums<1>(L_, partial_.data(), sums_.data(), [x](int64_t i, int64_t, double& a) { a += x[i]; });
     for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<T>(sums_[c]) / count;
@@ -342,27 +369,17 @@ class BatchNormTrainingKernel : public Kernel {
       const T centered = x[i] - mean[c];
       a += centered * centered;
     });
-    const T keep = momentum_, take = T(1) - momentum_;
-    for (int64_t c = 0; c < C; ++c) {
-      const T variance = static_cast<T>(sums_[c]) / count;
-      const T inv = inv_std(variance, epsilon_);
-      mean_out[c] = running_mean[c] * keep + mean[c] * take;
-      var_out[c] = running_var[c] * keep + variance * take;
-      saved_mean[c] = mean[c];
-      saved_inv_std[c] = inv;
-      new_scale_[c] = inv * scale[c];
-      new_bias_[c] = bias[c] - mean[c] * inv * scale[c];
-    }
-    const T* ns = new_scale_.data();
-    const T* nb = new_bias_.data();
-    channel_map(L_, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+    for (int64_t c = 0; c < C; ++c) variance[c] = static_cast<T>(sums_[c]) / count;
+    finish_batch_norm_training<T>(
+        L_, [mean, variance](int64_t c, T& m, T& v) { m = mean[c]; v = variance[c]; }, epsilon_, momentum_, in, out,
+        folded_.data());
   }
 
  private:
   ChannelLayout L_;
   T epsilon_, momentum_;
   std::vector<double> partial_, sums_;
-  std::vector<T> mean_, new_scale_, new_bias_;
+  std::vector<T> mean_, variance_, folded_;
 };
 
 // Inputs (x, scale, bias, mean, variance): the given statistics, folded as in training.
@@ -524,46 +541,27 @@ class BatchNormTrainingFromSumsKernel : public Kernel {
     for (int i = 1; i < 5; ++i) check_count(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
     epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
     momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
-    new_scale_.resize(L_.C);
-    new_bias_.resize(L_.C);
+    folded_.resize(2 * L_.C);
   }
 
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
-    const T* x = in[0].as<T>();
-    const T* scale = in[1].as<T>();
-    const T* bias = in[2].as<T>();
-    const T* running_mean = in[3].as<T>();
-    const T* running_var = in[4].as<T>();
     const double* sums = in[5].as<double>();
-    T* y = out[0].as<T>();
-    T* mean_out = out[1].as<T>();
-    T* var_out = out[2].as<T>();
-    T* saved_mean = out[3].as<T>();
-    T* saved_inv_std = out[4].as<T>();
     const int64_t C = L_.C;
-    const T keep = momentum_, take = T(1) - momentum_;
-    for (int64_t c = 0; c < C; ++c) {
-      const double n = sums[2 * C + c];
-      const double m = sums[c] / n;
-      const T mean = static_cast<T>(m);
-      const T variance = static_cast<T>(std::max(sums[C + c] / n - m * m, 0.0));
-      const T inv = inv_std(variance, epsilon_);
-      mean_out[c] = running_mean[c] * keep + mean * take;
-      var_out[c] = running_var[c] * keep + variance * take;
-      saved_mean[c] = mean;
-      saved_inv_std[c] = inv;
-      new_scale_[c] = inv * scale[c];
-      new_bias_[c] = bias[c] - mean * inv * scale[c];
-    }
-    const T* ns = new_scale_.data();
-    const T* nb = new_bias_.data();
-    channel_map(L_, [x, y, ns, nb](int64_t i, int64_t c) { y[i] = x[i] * ns[c] + nb[c]; });
+    finish_batch_norm_training<T>(
+        L_,
+        [sums, C](int64_t c, T& mean, T& variance) {
+          const double n = sums[2 * C + c];
+          const double m = sums[c] / n;
+          mean = static_cast<T>(m);
+          variance = static_cast<T>(std::max(sums[C + c] / n - m * m, 0.0));
+        },
+        epsilon_, momentum_, in, out, folded_.data());
   }
 
  private:
   ChannelLayout L_;
   T epsilon_, momentum_;
-  std::vector<T> new_scale_, new_bias_;
+  std::vector<T> folded_;
 };
 
 // Inputs (x, saved_mean, saved_inv_std, delta); outputs (sums, dscale, dbias): sums holds

@@ -118,15 +118,22 @@ class SGDKernel : public Kernel {
 };
 
 // --- Momentum ---------------------------------------------------------------------------------------
+// (param, grad, lr, velocity) -> (param, velocity): Momentum's and LARS momentum's shape of node.
+inline void check_velocity_node(const NodeInfo& node) {
+  check_node(node, 4, 2);
+  const TensorDesc& param = node.inputs[0];
+  PDNG_CHECK(node.inputs[3].dtype == param.dtype && node.inputs[3].shape == param.shape,
+             node.op_type + ": velocity " + node.inputs[3].str() + " does not match parameter " + param.str());
+  PDNG_CHECK(node.outputs[1].dtype == param.dtype && node.outputs[1].shape == param.shape,
+             node.op_type + ": velocity output " + node.outputs[1].str() + " does not match parameter " +
+                 param.str());
+}
+
 class MomentumKernel : public Kernel {
  public:
   explicit MomentumKernel(const NodeInfo& node) {
-    check_node(node, 4, 2);
+    check_velocity_node(node);
     dtype_ = node.inputs[0].dtype;
-    PDNG_CHECK(node.inputs[3].dtype == dtype_ && node.inputs[3].shape == node.inputs[0].shape,
-               "velocity " + node.inputs[3].str() + " does not match parameter " + node.inputs[0].str());
-    PDNG_CHECK(node.outputs[1].dtype == dtype_ && node.outputs[1].shape == node.inputs[0].shape,
-               "velocity output " + node.outputs[1].str() + " does not match parameter " + node.inputs[0].str());
     mu_ = node.attrs.get_float("mu", 0.9);
     nesterov_ = node.attrs.get_bool("use_nesterov", false);
     coeff_ = node.attrs.get_float("regularization_coeff", 0.0);
@@ -396,14 +403,8 @@ T eigen_sum_squares(const F& value, int64_t n) {
 class LarsMomentumKernel : public Kernel {
  public:
   explicit LarsMomentumKernel(const NodeInfo& node) {
-    check_node(node, 4, 2);
+    check_velocity_node(node);
     dtype_ = node.inputs[0].dtype;
-    PDNG_CHECK(node.inputs[3].dtype == dtype_ && node.inputs[3].shape == node.inputs[0].shape,
-               node.op_type + ": velocity " + node.inputs[3].str() + " does not match parameter " +
-                   node.inputs[0].str());
-    PDNG_CHECK(node.outputs[1].dtype == dtype_ && node.outputs[1].shape == node.inputs[0].shape,
-               node.op_type + ": velocity output " + node.outputs[1].str() + " does not match parameter " +
-                   node.inputs[0].str());
     // Paddle's attributes are C++ floats, cast to the parameter's type.
     mu_ = static_cast<float>(node.attrs.get_float("mu", 0.9));
     coeff_ = static_cast<float>(node.attrs.get_float("lars_coeff", 0.001));

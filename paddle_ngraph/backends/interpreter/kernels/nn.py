@@ -212,6 +212,19 @@ def _normalize(x, scale, bias, mean, inv_std, shape):
     return (x * new_scale.reshape(shape) + new_bias.reshape(shape)).astype(x.dtype)
 
 
+def _training_outputs(node, x, scale, bias, running_mean, running_var, mean, variance, shape):
+    """A training batch norm's outputs from its batch statistics (the single-rank kernel's, or
+    those of all ranks' sums): y, the updated running statistics, the saved mean and inv_std."""
+    t = x.dtype.type
+    inv_std = _inv_std(variance, node.attrs["epsilon"])
+    momentum = t(node.attrs["momentum"])
+    mean_out = running_mean * momentum + mean * (t(1) - momentum)
+    var_out = running_var * momentum + variance * (t(1) - momentum)
+    y = _normalize(x, scale, bias, mean, inv_std, shape)
+    stats = running_mean.dtype
+    return [y, mean_out.astype(stats), var_out.astype(stats), mean.astype(stats), inv_std.astype(stats)]
+
+
 @kernel("BatchNormTraining")
 def _batch_norm_training(node, args, transport):
     x, scale, bias, running_mean, running_var = args
@@ -220,13 +233,7 @@ def _batch_norm_training(node, args, transport):
     mean = x.sum(axis=axes) / t(count)
     centered = x - mean.reshape(shape)
     variance = (centered * centered).sum(axis=axes) / t(count)
-    inv_std = _inv_std(variance, node.attrs["epsilon"])
-    momentum = t(node.attrs["momentum"])
-    mean_out = running_mean * momentum + mean * (t(1) - momentum)
-    var_out = running_var * momentum + variance * (t(1) - momentum)
-    y = _normalize(x, scale, bias, mean, inv_std, shape)
-    stats = running_mean.dtype
-    return [y, mean_out.astype(stats), var_out.astype(stats), mean.astype(stats), inv_std.astype(stats)]
+    return _training_outputs(node, x, scale, bias, running_mean, running_var, mean, variance, shape)
 
 
 @kernel("BatchNormInference")
@@ -288,15 +295,8 @@ def _statistics_from_sums(sums, dtype):
 def _batch_norm_training_from_sums(node, args, transport):
     x, scale, bias, running_mean, running_var, sums = args
     _, shape, _ = _per_channel(node, x)
-    t = x.dtype.type
     mean, variance = _statistics_from_sums(sums, x.dtype)
-    inv_std = _inv_std(variance, node.attrs["epsilon"])
-    momentum = t(node.attrs["momentum"])
-    mean_out = running_mean * momentum + mean * (t(1) - momentum)
-    var_out = running_var * momentum + variance * (t(1) - momentum)
-    y = _normalize(x, scale, bias, mean, inv_std, shape)
-    stats = running_mean.dtype
-    return [y, mean_out.astype(stats), var_out.astype(stats), mean.astype(stats), inv_std.astype(stats)]
+    return _training_outputs(node, x, scale, bias, running_mean, running_var, mean, variance, shape)
 
 
 @kernel("BatchNormBackpropSums")
