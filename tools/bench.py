@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 
+from bench_scaling import SCALING_SYSTEMS, run_scaling, scaling_lines
+
 from paddle_ngraph.quiet import quiet_env, quiet_this_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,7 +93,7 @@ def worker(args) -> dict:
             checkpoints = checkpoint_names(args.model, main) if args.recompute == "on" else []
             paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage,
                                     compress=args.compress, accumulate_steps=int(args.accumulate_steps),
-                                    recompute_checkpoints=checkpoints)
+                                    recompute_checkpoints=checkpoints, threads=int(args.threads))
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
@@ -167,7 +169,7 @@ def dygraph_worker(args) -> dict:
 
         strategy = fleet.DistributedStrategy()
         strategy.ngraph = True
-        strategy.ngraph_configs = {"bucket_mb": args.bucket_mb, "compress": args.compress}
+        strategy.ngraph_configs = {"bucket_mb": args.bucket_mb, "compress": args.compress, "threads": int(args.threads)}
         fleet.init(is_collective=True, strategy=strategy)
         model = fleet.distributed_model(paddle_model(args.model))
         opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.01, parameters=model.parameters()))
@@ -175,7 +177,8 @@ def dygraph_worker(args) -> dict:
     if args.system == "ngraph-dygraph":
         import paddle_ngraph  # under mpirun, this sets the ranks Paddle's APIs report
 
-        model = paddle_ngraph.DataParallel(paddle_model(args.model), bucket_mb=args.bucket_mb, compress=args.compress)
+        model = paddle_ngraph.DataParallel(paddle_model(args.model), bucket_mb=args.bucket_mb, compress=args.compress,
+                                           threads=int(args.threads))
         opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
         return dygraph_loop(args, model, opt, dist.get_rank())
     dist.init_parallel_env()
@@ -317,14 +320,18 @@ def outcome(result: dict) -> str:
     return f"{result['status']}: {result['reason'][-200:]}"
 
 
-def run_once(system, model, ranks, args, accumulate_steps: int = 1, recompute: str = "off") -> dict:
+def run_once(system, model, ranks, args, accumulate_steps: int = 1, recompute: str = "off",
+             threads: int | None = None) -> dict:
+    """One job of one configuration. ``threads``: compute threads per rank (default: the cores shared out
+    among the ranks); the engine's ``threads`` key is 0 (its default) unless given."""
     with tempfile.TemporaryDirectory() as tmp:
         worker_args = ["--system", system, "--model", model, "--batch", str(args.batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
-                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps), "--recompute", recompute]
+                       "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps), "--recompute", recompute,
+                       "--threads", str(threads or 0)]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
-        env = quiet_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
+        env = quiet_env(OMP_NUM_THREADS=str(threads or max(1, (os.cpu_count() or 1) // ranks)))
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         except subprocess.TimeoutExpired:
@@ -554,7 +561,8 @@ def plot(report: dict, stem: str) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, from: " + ", ".join(SYSTEMS))
+    parser.add_argument("--systems", default=None, help="comma-separated, from: " + ", ".join(SYSTEMS) +
+                        " (default: all; with --scaling: " + ",".join(SCALING_SYSTEMS) + ")")
     parser.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
     parser.add_argument("--batch", type=int, default=128, help="per-rank batch (default 128)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per repeat (default 30)")
@@ -578,11 +586,17 @@ def main(argv=None) -> int:
     parser.add_argument("--no-allreduce", action="store_true", help="skip the allreduce micro-benchmark")
     parser.add_argument("--retries", type=int, default=1, help="runs more of a configuration that failed (default 1)")
     parser.add_argument("--replot", action="store_true", help="only rewrite the table and plots from --out's JSON")
+    parser.add_argument("--scaling", action="store_true",
+                        help="scaling mode: one rank with one thread against N ranks (--ranks) with one thread each, "
+                             "in --rounds interleaved rounds; systems default to " + ",".join(SCALING_SYSTEMS) +
+                             " (see tools/bench_scaling.py)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --scaling (default 5)")
     # worker mode (started by this tool)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--result-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
@@ -594,6 +608,8 @@ def main(argv=None) -> int:
     if args.replot:
         report = json.load(open(args.out))
         stem = os.path.splitext(args.out)[0]
+        if "scaling" in report:
+            return write_scaling(report, args.out)
         write_markdown(report, stem + ".md")
         print_table(report)
         print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
@@ -601,6 +617,8 @@ def main(argv=None) -> int:
     if args.smoke:
         args.steps, args.warmup, args.repeats, args.batch = 2, 1, 1, 8
     models = [m for m in args.models.split(",") if m]
+    if args.systems is None:
+        args.systems = ",".join(SCALING_SYSTEMS if args.scaling else SYSTEMS)
     systems = [s for s in args.systems.split(",") if s]
     ranks = [int(r) for r in args.ranks.split(",") if r]
     try:
@@ -615,6 +633,20 @@ def main(argv=None) -> int:
     for s in systems:
         if s not in SYSTEMS:
             parser.error(f"unknown system '{s}'; valid: {', '.join(SYSTEMS)}")
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if args.scaling:
+        if args.rounds < 1:
+            parser.error("--rounds: at least 1")
+        # One timed repeat per job: the rounds are the repeats.
+        args.repeats = 1
+        limits = measure_limits()
+        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
+                  "steps": args.steps, "optimizer": args.optimizer, "limits": limits,
+                  "scaling": run_scaling(models, systems, ranks, args, run_once, unsupported)}
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+        return write_scaling(report, args.out)
 
     limits = measure_limits()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
@@ -658,6 +690,19 @@ def main(argv=None) -> int:
     written = [args.out, stem + ".md"] + plot(report, stem)
     print_table(report)
     print(f"\nwritten: {', '.join(written)}")
+    return 0
+
+
+def write_scaling(report: dict, out: str) -> int:
+    limits = report["limits"]
+    lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
+             f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
+             f"{report['optimizer']}, median step of {report['steps']} steps per job.", ""] + scaling_lines(report["scaling"])
+    stem = os.path.splitext(out)[0]
+    with open(stem + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nwritten: {out}, {stem}.md")
     return 0
 
 

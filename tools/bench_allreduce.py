@@ -3,9 +3,12 @@
 
 Run under mpirun (the ccl transport bootstraps over MPI there):
   mpirun -np 2 --allow-run-as-root --oversubscribe python tools/bench_allreduce.py
-Prints, per system and message size, the median time of --repeats float32 sum
-allreduces and the bus bandwidth 2(n-1)/n * bytes / time (the ring algorithm's
-traffic per rank, the figure NCCL's and Horovod's benchmarks report).
+Prints, per system and message size, the median time of a float32 sum allreduce and the bus
+bandwidth 2(n-1)/n * bytes / time (the ring algorithm's traffic per rank, the figure NCCL's and
+Horovod's benchmarks report). The systems are interleaved: each of --rounds rounds times a block of
+calls of every system in turn (after a barrier; the slowest rank's time counts), so a system is
+never measured in a quieter minute than the others; the median is over rounds, and the spread
+(min-max over rounds, in ms) is printed next to it. The machine is shared: compare the rows of one run.
 
 Systems: ``native`` is what training uses: a one-node function (an AllReduce bucket) run
 by the CPU backend, reduced in place from C++ on its communication thread (MPI_Allreduce);
@@ -30,22 +33,22 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest message (default 4 KB)")
     p.add_argument("--max-bytes", type=int, default=64 << 20, help="largest message (default 64 MB)")
-    p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size (default 10)")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per system and size (default 10), "
+                   "spread over the rounds")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5)")
     p.add_argument("--systems", default="native,ccl,mpi,mpi4py", help="comma-separated: native, ccl, mpi, mpi4py, "
                    "native-bf16, native-fp16, mpi-bf16, mpi-fp16")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (rank 0)")
     return p.parse_args(argv)
 
 
-def timed(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def time_block(fn, calls, comm, MPI):
+    """Seconds per call of one block of ``calls`` calls, the slowest rank's (a barrier first)."""
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
         fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2]
+    return comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
 
 
 def native_allreduce(data, transport, compress="none"):
@@ -101,11 +104,14 @@ def main(argv=None):
         size *= 4
     results = []
     if comm.rank == 0:
-        print(f"{'system':11s} {'bytes':>10s} {'median ms':>10s} {'bus GB/s':>9s} {'wire MB':>8s}   ({n} ranks)",
+        print(f"{'system':11s} {'bytes':>10s} {'median ms':>10s} {'bus GB/s':>9s} {'wire MB':>8s}   spread ms ({n} ranks)",
               flush=True)
+    rounds = max(1, args.rounds)
+    calls = max(1, args.repeats // rounds)
     for nbytes in sizes:
         data = np.ones(nbytes // 4, dtype=np.float32)
         out = np.empty_like(data)
+        calls_of = {}
         for name, transport in systems.items():
             if transport is None:
                 fn = lambda: comm.Allreduce(data, out, op=MPI.SUM)  # noqa: E731
@@ -116,14 +122,22 @@ def main(argv=None):
                 fn = lambda f=fmt: native_transport.allreduce_compressed([data], "sum", f)  # noqa: E731
             else:
                 fn = lambda t=transport: t.allreduce(data, "sum")  # noqa: E731
-            comm.Barrier()
-            seconds = comm.allreduce(timed(fn, args.repeats), op=MPI.MAX)
+            fn()  # warm-up: buffers touched, communicators and plans built
+            calls_of[name] = fn
+        per_round = {name: [] for name in calls_of}
+        for _ in range(rounds):
+            for name, fn in calls_of.items():
+                per_round[name].append(time_block(fn, calls, comm, MPI))
+        for name, times in per_round.items():
+            seconds = float(np.median(times))
             bus = 2 * (n - 1) / n * nbytes / seconds / 1e9
             wire = 2 * (n - 1) / n * nbytes / (2 if name.endswith(("bf16", "fp16")) else 1)
-            results.append({"system": name, "bytes": nbytes, "ms": seconds * 1e3, "bus_GBps": bus, "ranks": n,
-                            "wire_bytes_per_rank": wire})
+            spread = [min(times) * 1e3, max(times) * 1e3]
+            results.append({"system": name, "bytes": nbytes, "ms": seconds * 1e3, "ms_spread": spread, "bus_GBps": bus,
+                            "ranks": n, "wire_bytes_per_rank": wire})
             if comm.rank == 0:
-                print(f"{name:11s} {nbytes:10d} {seconds * 1e3:10.3f} {bus:9.2f} {wire / 1e6:8.2f}", flush=True)
+                print(f"{name:11s} {nbytes:10d} {seconds * 1e3:10.3f} {bus:9.2f} {wire / 1e6:8.2f}   "
+                      f"{spread[0]:.3f}-{spread[1]:.3f}", flush=True)
     if comm.rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -42,7 +42,12 @@ class FunctionCommunicator : public Communicator {
   }
 
   void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) override {
-    if (allreduce_(data, data, static_cast<size_t>(count), abi_dtype(dtype), abi_reduction(reduction)) != 0)
+    allreduce(data, data, count, dtype, reduction);
+  }
+
+  // The function takes a send and a receive buffer (oneCCL's allreduce reads one and writes the other).
+  void allreduce(const void* in, void* data, int64_t count, DType dtype, const std::string& reduction) override {
+    if (allreduce_(in, data, static_cast<size_t>(count), abi_dtype(dtype), abi_reduction(reduction)) != 0)
       throw Error("rank " + std::to_string(rank_) + ": allreduce of " + std::to_string(count) + " " +
                   dtype_name(dtype) + " elements failed: " + (last_error_ ? last_error_() : "unknown error"));
     if (reduction == "avg") {

@@ -135,26 +135,12 @@ class MpiCommunicator : public Communicator {
   }
 
   void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) override {
-    // MPI counts are int: reduce in chunks below 2^31 elements.
-    const int64_t chunk = (int64_t{1} << 30);
-    auto* bytes = static_cast<char*>(data);
-    for (int64_t done = 0; done < count; done += chunk) {
-      int n = static_cast<int>(std::min(chunk, count - done));
-      // The blocking call: Open MPI's tuned allreduce (MPI_Iallreduce goes through libnbc: measured
-      // 1.7x slower at 16 and 64 MB with tools/bench_allreduce.py). While it waits for a slower peer it does not spin a core away from
-      // this rank's compute thread: import_mpi sets mpi_yield_when_idle (see distributed/mpi.py).
-      char* part = bytes + done * dtype_size(dtype);
-      if (node_ == MPI_COMM_NULL) {
-        check(MPI_Allreduce(MPI_IN_PLACE, part, n, mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
-              "MPI_Allreduce", rank_, count, dtype);
-      } else {
-        hierarchical(part, n, dtype, reduction, count);
-      }
-    }
-    if (reduction == "avg") {
-      if (dtype == DType::Float32) divide<float>(data, count, size_);
-      else divide<double>(data, count, size_);
-    }
+    reduce(nullptr, data, count, dtype, reduction);
+  }
+
+  void allreduce(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) override {
+    if (node_ != MPI_COMM_NULL) return Communicator::allreduce(in, out, count, dtype, reduction);
+    reduce(in, out, count, dtype, reduction);
   }
 
   bool supports_sharded(DType dtype, const std::string& reduction) const override {
@@ -179,6 +165,32 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  // in == nullptr: in place on `data`. Otherwise from `in` into `data` (flat MPI_Allreduce only).
+  void reduce(const void* in, void* data, int64_t count, DType dtype, const std::string& reduction) {
+    // MPI counts are int: reduce in chunks below 2^31 elements.
+    const int64_t chunk = (int64_t{1} << 30);
+    auto* bytes = static_cast<char*>(data);
+    const auto* in_bytes = static_cast<const char*>(in);
+    for (int64_t done = 0; done < count; done += chunk) {
+      int n = static_cast<int>(std::min(chunk, count - done));
+      // The blocking call: Open MPI's tuned allreduce (MPI_Iallreduce goes through libnbc: measured
+      // 1.7x slower at 16 and 64 MB with tools/bench_allreduce.py). While it waits for a slower peer it does not spin a core away from
+      // this rank's compute thread: import_mpi sets mpi_yield_when_idle (see distributed/mpi.py).
+      char* part = bytes + done * dtype_size(dtype);
+      const void* send = in ? static_cast<const void*>(in_bytes + done * dtype_size(dtype)) : MPI_IN_PLACE;
+      if (node_ == MPI_COMM_NULL) {
+        check(MPI_Allreduce(send, part, n, mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
+              "MPI_Allreduce", rank_, count, dtype);
+      } else {
+        hierarchical(part, n, dtype, reduction, count);
+      }
+    }
+    if (reduction == "avg") {
+      if (dtype == DType::Float32) divide<float>(data, count, size_);
+      else divide<double>(data, count, size_);
+    }
+  }
+
   // Only the leaders' allreduce crosses hosts; within a node the reduce and the broadcast go over
   // shared memory. Every rank ends with its leader's bits, so results are identical on all ranks.
   void hierarchical(char* part, int n, DType dtype, const std::string& reduction, int64_t count) {

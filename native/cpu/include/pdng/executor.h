@@ -11,6 +11,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -32,6 +34,12 @@ class Communicator {
   // Whether allreduce() handles this dtype and reduction; if not, the fallback runs the node.
   virtual bool supports_allreduce(DType dtype, const std::string& reduction) const = 0;
   virtual void allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) = 0;
+  // The same from `in` into `out` (distinct, not overlapping): a bucket of one tensor that lives
+  // outside its region (a function input) is reduced straight into the region, with no pack copy.
+  virtual void allreduce(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) {
+    std::memcpy(out, in, static_cast<size_t>(count) * dtype_size(dtype));
+    allreduce(out, count, dtype, reduction);
+  }
   // ZeRO-1's halves of an allreduce, from `in` into a separate `out`; `count` is the elements of
   // one rank's slice. A communicator that returns false from supports_sharded leaves them to the fallback.
   virtual bool supports_sharded(DType dtype, const std::string& reduction) const { return false; }
@@ -150,6 +158,9 @@ class Executor {
     // Written by whichever thread runs it (under mutex_), read after done.
     bool done = false;
     bool traced = false;  // set by the Start step: the thread records its transfer's times
+    // Set by the Start step when the bucket's one input lies outside its region (a function input):
+    // the reduction reads it there instead of from a packed copy.
+    const void* unpacked = nullptr;
     std::string error;
   };
   enum class StepKind { Compute, Start, Wait };
@@ -174,7 +185,10 @@ class Executor {
   // still runs what is queued, as the other ranks expect.
   void fail_in_flight();
 
-  std::vector<uint8_t> arena_storage_;
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> arena_storage_;
   uint8_t* arena_ = nullptr;
   int64_t arena_size_ = 0;
   std::vector<Buffer> buffers_;
