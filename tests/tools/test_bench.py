@@ -83,3 +83,42 @@ def test_bench_recompute_both_reports_the_smaller_arena(tmp_path):
     assert set(rows) == {("ngraph-cpu", "off"), ("ngraph-cpu", "on"), ("paddle", "off")}
     assert rows[("ngraph-cpu", "on")]["arena_mb"] < rows[("ngraph-cpu", "off")]["arena_mb"]
     assert "| transformer_layer | ngraph-cpu rc | 1 |" in (tmp_path / "bench.md").read_text()
+
+
+def test_bench_scaling_pairs_each_n_rank_run_with_its_one_rank_reference_in_every_round(tmp_path):
+    out = tmp_path / "scaling.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--scaling", "--smoke",
+                           "--models", "mnist_mlp", "--systems", "ngraph-cpu,ngraph-ccl", "--ranks", "2",
+                           "--rounds", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["system"]: r for r in report["scaling"]["rows"]}
+    assert report["scaling"]["threads_per_rank"] == 1 and report["scaling"]["rounds"] == 2
+    for system in ("ngraph-cpu", "ngraph-ccl"):
+        row = rows[system]
+        assert row["status"] == "ok" and row["rounds_ok"] == 2, row
+        # samples/s of 2 ranks over twice the one-rank reference's, per round, then the median: with
+        # two rounds that median lies between the two rounds' efficiencies.
+        low, high = row["efficiency_spread"]
+        assert 0 < low <= row["efficiency"] <= high
+        assert row["samples_per_s"] == 2 * report["batch"] * 1e3 / row["ms_per_step"]
+    # ngraph-ccl's one-rank reference is the same engine in one process: ngraph-cpu's single run, so both
+    # rows share it.
+    assert rows["ngraph-cpu"]["base_ms_per_step"] == rows["ngraph-ccl"]["base_ms_per_step"]
+    # The one-rank job of ngraph-cpu ran once per round (shared), not once per system.
+    assert proc.stderr.count("mnist_mlp ngraph-cpu 1 rank(s)") == 2
+    assert "| mnist_mlp | ngraph-ccl | 2 |" in (tmp_path / "scaling.md").read_text()
+
+
+def test_bench_threads_compares_the_default_with_one_thread():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_threads.py"), "--models", "mnist_mlp",
+                           "--rounds", "1", "--steps", "2", "--warmup", "1", "--batch", "8"],
+                          capture_output=True, text=True, timeout=600, env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| mnist_mlp |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    default_ms, one_ms, ratio = (float(c.split()[0]) for c in cells[1:4])
+    # The table rounds to hundredths: the ratio agrees with the printed times within that rounding.
+    assert default_ms > 0 and one_ms > 0
+    assert abs(ratio - default_ms / one_ms) <= ratio * (0.005 / default_ms + 0.005 / one_ms) + 0.005

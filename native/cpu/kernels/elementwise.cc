@@ -4,7 +4,9 @@
 // The NumPy interpreter (backends/interpreter/kernels/basic.py, nn.py) is the specification:
 // same dtypes, same order of floating-point operations (scalars cast to the data's dtype first),
 // integer Divide is np.floor_divide (x // 0 == 0), integer arithmetic wraps, Maximum/Minimum
-// propagate NaN, Gelu's erf is evaluated in double as scipy's float32 erf is, bool Divide and
+// propagate NaN, Gelu's erf is evaluated in double as scipy's float32 erf is (exact float32 Gelu
+// and GeluBackprop of finite same-shape tensors run oneDNN's vectorized GELU instead: see DnnlGelu),
+// bool Divide and
 // Power are NumPy's (a or not b), float -> int Convert truncates (C casts, as NumPy's astype).
 // exp/log/tanh/pow are the C library's, which may differ from NumPy's SIMD versions by an ulp.
 //
@@ -19,12 +21,14 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
 #include "pdng/kernel_util.h"
 
@@ -408,9 +412,85 @@ std::unique_ptr<Kernel> make_binary_with(const NodeInfo& node) {
   return std::unique_ptr<Kernel>(new BinaryKernel(node, fn));
 }
 
+// --- oneDNN GELU (float32, erf) ---------------------------------------------------------------------
+// The loops evaluate erf in double, one element at a time, to match scipy bit for bit: in a
+// transformer layer's step that made Gelu and GeluBackprop a third of the step (tools/profile_steps.py,
+// one thread: 2.6 of 7.8 ms; 0.4 ms with oneDNN). oneDNN's eltwise gelu_erf is vectorized; against the
+// loops, on 65,536 inputs of N(0, 16): median 1 ulp forward and 2 backward, absolute error at most
+// 4.8e-7 and 7.2e-7. It runs on finite float32 tensors of one shape, the loops on everything else.
+// The tanh approximation (rarer: approximate=True) keeps its loops.
+class DnnlGelu {
+ public:
+  // backward: GeluBackprop (inputs x, delta); otherwise Gelu. False where oneDNN has no implementation.
+  bool init(int64_t n, bool backward) {
+    if (n <= 0) return false;
+    try {
+      const dnnl::memory::desc md({n}, dnnl::memory::data_type::f32, dnnl::memory::dims{1});
+      const auto algorithm = dnnl::algorithm::eltwise_gelu_erf;
+      dnnl::eltwise_forward::primitive_desc forward(dnnl_engine(), dnnl::prop_kind::forward_training, algorithm, md,
+                                                    md, 0.f, 0.f);
+      src_ = wrap(md);
+      out_ = wrap(md);
+      if (backward) {
+        dnnl::eltwise_backward::primitive_desc pd(dnnl_engine(), algorithm, md, md, md, 0.f, 0.f, forward);
+        prim_ = dnnl::eltwise_backward(pd);
+        delta_ = wrap(md);
+        args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, delta_}, {DNNL_ARG_DIFF_SRC, out_}};
+      } else {
+        prim_ = dnnl::eltwise_forward(forward);
+        args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out_}};
+      }
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+
+  void run(const void* x, const void* delta, void* out) {
+    src_.set_data_handle(const_cast<void*>(x));
+    if (delta) delta_.set_data_handle(const_cast<void*>(delta));
+    out_.set_data_handle(out);
+    prim_.execute(dnnl_stream(), args_);
+    dnnl_stream().wait();
+  }
+
+ private:
+  dnnl::primitive prim_;
+  dnnl::memory src_, delta_, out_;
+  std::unordered_map<int, dnnl::memory> args_;
+};
+
+// Gelu (one input) or GeluBackprop (x, delta): oneDNN where it applies, else the loop kernel.
+class GeluKernel : public Kernel {
+ public:
+  GeluKernel(const NodeInfo& node, std::unique_ptr<Kernel> loops) : loops_(std::move(loops)) {
+    const bool same_shapes = std::all_of(node.inputs.begin(), node.inputs.end(), [&](const TensorDesc& d) {
+      return d.dtype == DType::Float32 && d.shape == node.outputs[0].shape;
+    });
+    n_ = node.outputs[0].numel();
+    backward_ = node.inputs.size() == 2;
+    if (same_shapes && !node.attrs.get_bool("approximate", false)) use_dnnl_ = dnnl_.init(n_, backward_);
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    if (use_dnnl_ && all_finite(in[0].as<float>(), n_) && (!backward_ || all_finite(in[1].as<float>(), n_))) {
+      dnnl_.run(in[0].data, backward_ ? in[1].data : nullptr, out[0].data);
+      return;
+    }
+    loops_->run(in, out);
+  }
+
+ private:
+  std::unique_ptr<Kernel> loops_;
+  DnnlGelu dnnl_;
+  int64_t n_ = 0;
+  bool backward_ = false, use_dnnl_ = false;
+};
+
 std::unique_ptr<Kernel> make_gelu_backprop(const NodeInfo& node) {
-  return node.attrs.get_bool("approximate", false) ? make_binary_with<GeluBackpropOp<true>>(node)
-                                                   : make_binary_with<GeluBackpropOp<false>>(node);
+  auto loops = node.attrs.get_bool("approximate", false) ? make_binary_with<GeluBackpropOp<true>>(node)
+                                                         : make_binary_with<GeluBackpropOp<false>>(node);
+  return std::unique_ptr<Kernel>(new GeluKernel(node, std::move(loops)));
 }
 
 PDNG_REGISTER_KERNEL("Add", make_binary_with<AddOp>);
@@ -554,8 +634,9 @@ std::unique_ptr<Kernel> make_unary_with(const NodeInfo& node) {
 }
 
 std::unique_ptr<Kernel> make_gelu(const NodeInfo& node) {
-  return node.attrs.get_bool("approximate", false) ? make_unary_with<GeluOp<true>>(node)
-                                                   : make_unary_with<GeluOp<false>>(node);
+  auto loops = node.attrs.get_bool("approximate", false) ? make_unary_with<GeluOp<true>>(node)
+                                                         : make_unary_with<GeluOp<false>>(node);
+  return std::unique_ptr<Kernel>(new GeluKernel(node, std::move(loops)));
 }
 
 PDNG_REGISTER_KERNEL("Relu", make_unary_with<ReluOp>);

@@ -61,23 +61,6 @@ class DnnlSoftmax {
   std::unordered_map<int, dnnl::memory> args_;
 };
 
-// Whether no element is NaN or +-inf (x * 0 is NaN exactly for those). oneDNN's softmax does not
-// propagate them as the interpreter does, so the loops handle tensors that hold any.
-bool all_finite(const float* x, int64_t n) {
-  constexpr int64_t kBlock = 1 << 16;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t end = std::min(n, (b + 1) * kBlock);
-    float probe = 0;
-#pragma omp simd reduction(+ : probe)
-    for (int64_t i = b * kBlock; i < end; ++i) probe += x[i] * 0.0f;
-    bad |= probe != 0.0f;  // NaN != 0
-  }
-  return !bad;
-}
-
 // --- Softmax -----------------------------------------------------------------------------------
 // e = exp(x - max(x)); out = e / sum(e). float32 runs oneDNN's softmax_accurate (vectorized exp,
 // within ~3e-7 of the loops) unless the input holds NaN or inf. The loops reduce along the axis of
