@@ -88,6 +88,12 @@ def collective_labels(function, collectives) -> list[str]:
 class Backend:
     name = "BASE"
 
+    def refuses(self, node) -> str | None:
+        """Why this backend cannot run ``node`` (None: it can). Asked while planning the engine
+        segments, so that the Paddle op which made such a node stays with Paddle's executor
+        (transpiler/segments.py) instead of failing when compiled."""
+        return None
+
     def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> Executable:
         """``inplace_results`` (result name -> parameter name): results that replace an input, such
         as updated parameters, which a backend may write straight into that input's buffer. Then the

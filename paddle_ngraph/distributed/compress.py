@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TransportError
+from ..ir.bfloat16 import round_nearest_even, widen
 
 FORMATS = ("bf16", "fp16")
 _CANONICAL_NAN = {"bf16": 0x7FC0, "fp16": 0x7E00}
@@ -33,9 +34,7 @@ def encode(values: np.ndarray, fmt: str) -> np.ndarray:
     """float32 -> 16-bit patterns (uint16), round to nearest even."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     if fmt == "bf16":
-        bits = values.view(np.uint32)
-        rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-        out = ((bits + rounding) >> 16).astype(np.uint16)
+        out = round_nearest_even(values)
     elif fmt == "fp16":
         with np.errstate(over="ignore"):
             out = values.astype(np.float16).view(np.uint16)
@@ -51,7 +50,7 @@ def decode(bits: np.ndarray, fmt: str) -> np.ndarray:
     """16-bit patterns -> float32 (exact)."""
     bits = np.ascontiguousarray(bits, dtype=np.uint16)
     if fmt == "bf16":
-        return (bits.astype(np.uint32) << 16).view(np.float32)
+        return widen(bits)
     if fmt == "fp16":
         return bits.view(np.float16).astype(np.float32)
     raise TransportError(f"unknown compression '{fmt}'; valid: {', '.join(FORMATS)}")

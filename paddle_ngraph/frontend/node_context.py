@@ -10,7 +10,9 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Output
+from ..ir.bfloat16 import widen
 from ..ir.ops.core import Constant
+from ..ir.types import DType
 from .program_view import OpView, normalize
 
 _REQUIRED = object()
@@ -59,6 +61,8 @@ class NodeContext:
         value = self.input(*names, index=index)
         if not isinstance(value.node, Constant):
             raise self.fail(f"input {'/'.join(names)} must be a constant known at conversion time")
+        if value.dtype is DType.bfloat16:  # its bits, as the numbers they stand for
+            return widen(value.node.attrs["value"])
         return value.node.attrs["value"]
 
     # --- attributes --------------------------------------------------------------------------

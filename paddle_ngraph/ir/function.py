@@ -99,7 +99,7 @@ def clone_function(function: Function, shapes: dict[str, tuple] | None = None) -
                 attrs["shape"] = tuple(int(d) for d in shapes[node.name])
             copy = Parameter(name=node.name, **attrs)
         elif isinstance(node, Constant):
-            copy = Constant(node.attrs["value"], name=node.name)
+            copy = Constant(node.attrs["value"], dtype=node.attrs["dtype"], name=node.name)
         else:
             inputs = [copies[i.node.id].output(i.index) for i in node.inputs]
             copy = type(node)(*inputs, name=node.name, **node.attrs)

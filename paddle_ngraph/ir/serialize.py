@@ -85,7 +85,7 @@ def from_dict(doc: dict) -> Function:
                 inputs.append(built[src].output(int(index)))
             cls = op_class(op)
             if cls is Constant:
-                node = Constant(attrs["value"], name=name)
+                node = Constant(attrs["value"], dtype=attrs.get("dtype"), name=name)
             else:
                 node = cls(*inputs, name=name, **attrs)
             recorded = [(o["dtype"], [int(d) for d in o["shape"]]) for o in entry["outputs"]]

@@ -69,7 +69,7 @@ def split_backward(function: Function, seeds: list[str], forward_results: list[s
             made = Parameter(name=node.name, **node.attrs)
             parameters.append(made)
         elif isinstance(node, Constant):
-            made = Constant(node.attrs["value"], name=node.name)
+            made = Constant(node.attrs["value"], dtype=node.attrs["dtype"], name=node.name)
         else:
             made = type(node)(*[backward_value(i) for i in node.inputs], name=node.name, **node.attrs)
         copies[node.id] = made

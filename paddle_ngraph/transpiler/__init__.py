@@ -96,7 +96,9 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if unsupported and not config.fallback:
         raise UnsupportedOpsError(unsupported)
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
-    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view) if config.fallback else None)
+    backend_options = {"threads": config.threads, **({"check_finite": True} if config.check_finite else {})}
+    compiler = get_backend(config.backend, **backend_options)
+    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view, compiler) if config.fallback else None)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
         what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
@@ -110,8 +112,6 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
             if id(op) in plan.refused:
                 log.debug("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
     timeline = timeline_from_env(transport.rank, transport.size)
-    backend_options = {"threads": config.threads, **({"check_finite": True} if config.check_finite else {})}
-    compiler = get_backend(config.backend, **backend_options)
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",

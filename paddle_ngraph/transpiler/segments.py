@@ -78,15 +78,18 @@ def _is_update(op) -> bool:
     return op.role == OPTIMIZE and "param" in op.inputs and "grad" in op.inputs
 
 
-def refused_by_converters(view: ProgramView) -> dict:
+def refused_by_converters(view: ProgramView, backend=None) -> dict:
     """``{id(op): reason}`` for the ops of block 0 whose converter exists but refuses them (an
-    attribute or a dynamic dimension it does not handle), found by converting the program once.
-    Ops reading what a refused op makes see it as an input; they may be refused in turn."""
+    attribute or a dynamic dimension it does not handle), found by converting the program once,
+    and, given the ``backend`` that will run the segments, those whose nodes it cannot run
+    (``Backend.refuses``: the CPU backend and bfloat16). Ops reading what a refused op makes see
+    it as an input; they may be refused in turn."""
     from ..frontend import ConversionSession
     from ..frontend.node_context import NodeContext
 
     session = ConversionSession(view)
     refused = {}
+    seen: set[int] = set()
     for op in view.ops:
         if op.block != 0 or op.type in SKIPPED_OPS or op.type not in OP_TABLE:
             continue
@@ -94,7 +97,27 @@ def refused_by_converters(view: ProgramView) -> dict:
             OP_TABLE[op.type](NodeContext(op, session))
         except Exception as e:  # ConversionError, ValidationError of the nodes built: the op stays in Paddle
             refused[id(op)] = f"{type(e).__name__}: {e}".splitlines()[0]
+            continue
+        if backend is not None:
+            reason = _backend_refusal(backend, session.produced.get(id(op), {}).values(), seen)
+            if reason:
+                refused[id(op)] = f"{backend.name}: {reason}"
     return refused
+
+
+def _backend_refusal(backend, outputs, seen: set) -> str | None:
+    """The backend's first objection to the nodes an op's converter made: those its outputs
+    reach that no earlier op's did (``seen``, updated)."""
+    stack = [value.node for value in outputs]
+    reason = None
+    while stack:
+        node = stack.pop()
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        reason = reason or backend.refuses(node)
+        stack.extend(i.node for i in node.inputs)
+    return reason
 
 
 def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:

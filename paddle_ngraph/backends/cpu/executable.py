@@ -27,6 +27,7 @@ from ...passes.liveness import IN_PLACE_COLLECTIVES, Liveness
 from ...passes.memory_plan import MemoryPlan
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
+from ..interpreter.bfloat16 import kernel_for as reference_kernel_for, touches_bfloat16
 from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
 
 _MAX_SPECIALIZATIONS = 8
@@ -51,6 +52,13 @@ def default_threads() -> int:
     """Cores available to this process divided by the ranks on this node: ranks must not oversubscribe."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // local_ranks())
+
+
+def refuses_bfloat16(node) -> bool:
+    """The native kernels compute float32, float64 and integers; bfloat16 (Convert included) is
+    refused when the kernels are built. Collectives are the exception: those on bfloat16 take the
+    Python path, which reduces them as the INTERPRETER does."""
+    return node.op_type not in COLLECTIVE_OPS and node.op_type not in ("Parameter", "Constant") and touches_bfloat16(node)
 
 
 class Specialization:
@@ -178,7 +186,7 @@ class Specialization:
         cpu = _native()
         node = self.collectives[index]
         inputs = [cpu.array_at(a, i.type.dtype.numpy, i.type.shape) for a, i in zip(in_addresses, node.inputs)]
-        outputs = REFERENCE_KERNELS[node.op_type](node, inputs, self.transport)
+        outputs = reference_kernel_for(node, REFERENCE_KERNELS)(node, inputs, self.transport)
         for address, t, value in zip(out_addresses, node.output_types, outputs):
             np.copyto(cpu.array_at(address, t.dtype.numpy, t.shape), value, casting="no")
 
@@ -202,6 +210,11 @@ class CPUExecutable(Executable):
                           and n.op_type not in ("Parameter", "Constant")})
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
+        refused = [f"'{n.name}' ({n.op_type})" for n in function.ordered_nodes() if refuses_bfloat16(n)]
+        if refused:
+            raise ExecutionError(f"the CPU backend has no bfloat16 kernels; nodes reading or making bfloat16: "
+                                 f"{', '.join(refused[:8])}{' ...' if len(refused) > 8 else ''} (the INTERPRETER "
+                                 f"computes them; transpile with fallback leaves their ops to Paddle)")
 
     @property
     def peak_bytes(self) -> int | None:
@@ -284,6 +297,11 @@ class CPUBackend(Backend):
         self.threads = int(threads or 0)
         self.check_finite = bool(check_finite)
         self.options = options
+
+    def refuses(self, node) -> str | None:
+        if refuses_bfloat16(node):
+            return f"the CPU backend has no bfloat16 kernel for {node.op_type} (the INTERPRETER has)"
+        return None
 
     def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> CPUExecutable:
         return CPUExecutable(function, threads=self.threads, inplace_results=inplace_results,

@@ -15,6 +15,7 @@ from ...ir.ops.collective import COLLECTIVE_OPS
 from ...ir.ops.core import Constant, Parameter
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, register_backend
+from .bfloat16 import kernel_for
 from .kernels import KERNELS
 
 
@@ -25,6 +26,7 @@ class InterpreterExecutable(Executable):
         missing = sorted({n.op_type for n in self.nodes if n.op_type not in KERNELS})
         if missing:
             raise ExecutionError(f"INTERPRETER has no kernel for op type(s): {', '.join(missing)}")
+        self.kernels = [kernel_for(n, KERNELS) for n in self.nodes]
         self.param_index = {p.id: i for i, p in enumerate(function.parameters)}
         collectives = [n for n in self.nodes if n.op_type in COLLECTIVE_OPS]
         self.collective_ids = {n.id for n in collectives}
@@ -70,7 +72,7 @@ class InterpreterExecutable(Executable):
             self.submitted += collective
             try:
                 begin = time.monotonic() if tracing else 0.0
-                outs = KERNELS[node.op_type](node, args, transport)
+                outs = self.kernels[pos](node, args, transport)
                 if tracing:
                     spans.add(self._describe(node, collective), begin, time.monotonic())
                 self.completed += collective

@@ -46,4 +46,4 @@ def reduce_to_shape(grad: Output, target_shape: tuple) -> Output:
 
 
 def constant(value, dtype: DType) -> Output:
-    return ops.Constant(np.asarray(value, dtype=dtype.numpy)).output()
+    return ops.Constant(value, dtype=dtype).output()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..node import Node, register_op
+from ..bfloat16 import to_bfloat16
 from ..types import DType, TensorType, dims_compatible, normalize_axis
 
 __all__ = ["Parameter", "Constant", "Convert", "Reshape", "BroadcastTo", "Transpose", "Concat", "Slice"]
@@ -23,17 +24,28 @@ class Parameter(Node):
 
 @register_op
 class Constant(Node):
+    """``dtype`` None: the value's NumPy dtype. A bfloat16 constant keeps its bits in ``value``
+    (uint16) and says so in ``dtype``: a uint16 value given for it is taken as those bits, any
+    other is rounded to bfloat16 as Paddle's conversion does."""
+
     op_type = "Constant"
-    attributes = {"value": None}
+    attributes = {"value": None, "dtype": None}
     num_inputs = 0
 
     def __init__(self, value, dtype=None, name=None):
-        array = np.asarray(value, dtype=None if dtype is None else DType.parse(dtype).numpy)
+        dtype = None if dtype is None else DType.parse(dtype)
+        if dtype is DType.bfloat16:
+            array = np.asarray(value)
+            array = array.copy() if array.dtype == np.uint16 else to_bfloat16(array)
+            super().__init__(name=name, value=array, dtype=dtype.value)
+            return
+        array = np.asarray(value, dtype=None if dtype is None else dtype.numpy)
         super().__init__(name=name, value=array)
 
     def infer(self):
         value = self.attrs["value"]
-        return [TensorType(DType.from_numpy(value.dtype), value.shape)]
+        dtype = DType.bfloat16 if self.attrs["dtype"] == DType.bfloat16.value else DType.from_numpy(value.dtype)
+        return [TensorType(dtype, value.shape)]
 
 
 @register_op

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ExecutionError
+from ....ir import bfloat16
+from ....ir.types import DType
 from .registry import KERNELS, kernel
 
 
@@ -19,7 +21,13 @@ def _constant(node, args, transport):
 
 @kernel("Convert")
 def _convert(node, args, transport):
-    return [args[0].astype(_dtype(node))]
+    # bfloat16 travels as its bits: widen them to read the values, round to make them.
+    source, target = node.inputs[0].type.dtype, node.output_types[0].dtype
+    x = bfloat16.widen(args[0]) if source is DType.bfloat16 else args[0]
+    if target is DType.bfloat16:
+        return [x.copy() if source is DType.bfloat16 else bfloat16.to_bfloat16(x)]
+    with np.errstate(invalid="ignore"):  # NaN or inf to an integer: the C cast's value, as Paddle
+        return [x.astype(_dtype(node))]
 
 
 @kernel("Reshape")

@@ -1,0 +1,243 @@
+"""Programs made by Paddle's own static bfloat16 AMP (legacy ``decorate_bf16``, PIR
+``auto_cast(dtype="bfloat16")``): their casts and bfloat16 values, against Paddle's executor.
+
+What Paddle's executor can run here decides what is compared bit for bit. Paddle 3.3.1's plain CPU
+kernels for bfloat16 are few (cast, multiply, subtract, scale, sum, sgd...); matmul, add, relu,
+conv2d in bfloat16 exist only as oneDNN kernels, which need AVX512 (this CPU has AVX2): Paddle
+fails on the AMP programs themselves. So the casts and the ops Paddle has are compared bit for bit,
+and the AMP programs' training is compared with Paddle's executor on the same model in float32,
+within bfloat16's precision; where Paddle can run the AMP program (an AVX512 host), with it.
+"""
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ngraph
+from harness import IRS, ir_guard, run_function, scope_value, static_op
+from paddle_ngraph.backends import get_backend
+from paddle_ngraph.errors import ExecutionError
+from paddle_ngraph.ir import bfloat16
+
+F32 = np.float32
+
+
+def bits32(*words):
+    return np.array(words, np.uint32).view(np.float32)
+
+
+# Ties to even (up and down), just above and below a tie, NaNs of either sign and any payload,
+# infinities, the largest float32 (rounds to inf), a float32 subnormal, signed zeros.
+CAST_VALUES = np.concatenate([
+    bits32(0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x3F80FFFF,
+           0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FFFFFFF, 0x7FC0FFFF,
+           0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x00000001, 0x80000000, 0x00000000),
+    np.random.default_rng(0).standard_normal(200).astype(F32) * 1e3,
+])
+
+
+def _run_both(build, feeds, ir, backend="INTERPRETER"):
+    """Builds a program in ``ir``, runs it with Paddle's executor and our conversion on
+    ``backend``; returns (paddle outputs, ours)."""
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            variables = {n: paddle.static.data(n, list(v.shape), str(v.dtype)) for n, v in feeds.items()}
+            outs = build(**variables)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        ref = exe.run(main, feed=feeds, fetch_list=outs)
+        function = paddle_ngraph.convert(main, fetch_list=outs)
+        got = run_function(function, feeds, backend)
+    fetched = [v for k, v in got.items() if k.startswith("fetch:")]
+    return [np.asarray(r) for r in ref], fetched
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_cast_round_trip_is_paddles_bit_for_bit(ir):
+    def build(x):
+        half = paddle.cast(x, "bfloat16")
+        return [half, paddle.cast(half, "float32"), paddle.cast(half, "int32"), paddle.cast(half, "bool"),
+                paddle.cast(paddle.cast(x, "float64"), "bfloat16")]
+
+    ref, got = _run_both(build, {"x": CAST_VALUES}, ir)
+    assert ref[0].dtype == np.uint16 and got[0].dtype == np.uint16
+    np.testing.assert_array_equal(got[0], ref[0])                          # float32 -> bf16: RNE, NaN -> 0x7FFF
+    np.testing.assert_array_equal(got[1].view(np.uint32), ref[1].view(np.uint32))  # widening: exact
+    assert np.array_equal(got[1][~np.isnan(got[1])], bfloat16.widen(got[0])[~np.isnan(got[1])])
+    finite = np.isfinite(ref[1])  # NaN and inf to int32 are the C cast's value on both; compare the rest
+    np.testing.assert_array_equal(got[2][finite], ref[2][finite])
+    np.testing.assert_array_equal(got[3], ref[3])
+    np.testing.assert_array_equal(got[4], ref[4])                          # float64 -> float32 -> bf16
+
+
+def test_double_rounding_from_float64_is_paddles():
+    """1 + 2^-9 + 2^-40 is above a bfloat16 tie, but float32 drops the 2^-40 first: Paddle's
+    conversion rounds twice, to even."""
+    x = np.array([1 + 2 ** -9 + 2 ** -40], np.float64)
+    assert bfloat16.to_bfloat16(x)[0] == 0x3F80
+
+
+# Paddle's plain CPU kernels on bfloat16: each computes in float32 and rounds its result (scale
+# rounds its factor and bias to bfloat16 and rounds after each step): the INTERPRETER's rule.
+BF16_OPS = {
+    "multiply": lambda a, b: a * b,
+    "subtract": lambda a, b: a - b,
+    "scale": lambda a, b: paddle.scale(a, 0.3, 0.1),
+    "scale_bias_first": lambda a, b: paddle.scale(a, 0.3, 0.1, bias_after_scale=False),
+    # paddle.sum refuses a legacy bfloat16 Variable (3.3.1 calls the PIR API): reduce_sum itself.
+    "sum_rows": lambda a, b: static_op(lambda: paddle.sum(a, axis=1), "reduce_sum", {"X": a}, {"dim": [1]}),
+    "sum_all": lambda a, b: static_op(lambda: paddle.sum(b), "reduce_sum", {"X": b}, {"reduce_all": True}),
+}
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("op", sorted(BF16_OPS))
+def test_bfloat16_op_matches_paddles_cpu_kernel_bit_for_bit(op, ir):
+    rng = np.random.default_rng(1)
+    feeds = {"a": rng.standard_normal([32, 64]).astype(F32), "b": rng.standard_normal([32, 64]).astype(F32)}
+
+    def build(a, b):
+        out = BF16_OPS[op](paddle.cast(a, "bfloat16"), paddle.cast(b, "bfloat16"))
+        return [paddle.cast(out, "float32")]
+
+    ref, got = _run_both(build, feeds, ir)
+    np.testing.assert_array_equal(got[0], ref[0])
+
+
+def test_cpu_backend_refuses_bfloat16_with_a_typed_error():
+    def build(x):
+        return [paddle.cast(paddle.nn.functional.relu(paddle.cast(x, "bfloat16")), "float32")]
+
+    with ir_guard("pir"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            outs = build(paddle.static.data("x", [4, 8], "float32"))
+        function = paddle_ngraph.convert(main, fetch_list=outs)
+    with pytest.raises(ExecutionError, match=r"bfloat16.*'Convert_\d+' \(Convert\)"):
+        get_backend("CPU").compile(function)
+    x = np.linspace(-2, 2, 32, dtype=F32).reshape(4, 8)
+    got = run_function(function, {"x": x}, "INTERPRETER")
+    (value,) = [v for k, v in got.items() if k.startswith("fetch:")]
+    np.testing.assert_array_equal(value, bfloat16.widen(bfloat16.to_bfloat16(np.maximum(x, 0))))
+
+
+# --- Paddle's AMP programs -------------------------------------------------------------------
+def _mlp(x):
+    return paddle.static.nn.fc(paddle.nn.functional.relu(paddle.static.nn.fc(x, 16)), 4)
+
+
+def _conv(x):
+    h = paddle.nn.functional.max_pool2d(paddle.nn.functional.relu(paddle.nn.Conv2D(1, 4, 3)(x)), 2)
+    return paddle.nn.Linear(4 * 3 * 3, 4)(paddle.flatten(h, 1))
+
+
+MODELS = {"mlp": (_mlp, [8]), "conv": (_conv, [1, 8, 8])}
+STEPS, LR = 6, 0.1
+
+
+def _program(ir, model, amp):
+    """The model's training program: with Paddle's bfloat16 AMP of ``ir`` or in float32."""
+    net, shape = MODELS[model]
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None] + shape, "float32")
+        y = paddle.static.data("y", [None, 1], "int64")
+        opt = paddle.optimizer.SGD(LR)
+        if amp and ir == "legacy":
+            logits = net(x)
+            loss = paddle.nn.functional.cross_entropy(logits, y).mean()
+            paddle.static.amp.bf16.decorate_bf16(opt).minimize(loss)
+        elif amp:
+            with paddle.amp.auto_cast(dtype="bfloat16", level="O1"):
+                logits = net(x)
+                loss = paddle.nn.functional.cross_entropy(logits, y).mean()
+            opt.minimize(loss)
+        else:
+            loss = paddle.nn.functional.cross_entropy(net(x), y).mean()
+            opt.minimize(loss)
+    return main, startup, loss
+
+
+def _train(ir, model, amp, init=None, transpile_to=None):
+    """Losses of STEPS steps on one batch and the parameters after them, in the order the model
+    creates them (PIR names them differently from one build to the next); ``init`` (float32
+    values in that order) sets them first. Also returns each parameter's dtype after startup."""
+    shape = MODELS[model][1]
+    rng = np.random.default_rng(3)
+    batches = [{"x": rng.standard_normal([8] + shape).astype(F32), "y": rng.integers(0, 4, [8, 1])}] * STEPS
+    with ir_guard(ir), paddle.static.scope_guard(paddle.static.Scope()):
+        main, startup, loss = _program(ir, model, amp)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        names = _parameter_names(main)
+        dtypes = [scope_value(n).dtype for n in names]
+        for n, dtype, value in zip(names, dtypes, init or []):
+            tensor = paddle.static.global_scope().find_var(n).get_tensor()
+            tensor.set(bfloat16.to_bfloat16(value) if dtype == np.uint16 else value, paddle.CPUPlace())
+        if transpile_to:
+            paddle_ngraph.transpile(main, backend=transpile_to)
+        losses = [float(exe.run(main, feed=b, fetch_list=[loss])[0]) for b in batches]
+        params = [scope_value(n) for n in names]
+    return losses, params, dtypes
+
+
+def _parameter_names(main):
+    if hasattr(main, "all_parameters"):
+        return [p.name for p in main.all_parameters()]
+    return [p.name for p in main.global_block().all_parameters()]
+
+
+def _as_float(value):
+    return bfloat16.widen(value) if value.dtype == np.uint16 else value
+
+
+def _paddle_runs(ir, model) -> bool:
+    """Whether Paddle's executor runs the AMP program on this CPU (its bfloat16 matmul, add,
+    relu, conv2d are oneDNN kernels, which need AVX512)."""
+    try:
+        _train(ir, model, amp=True)
+        return True
+    except Exception:  # Paddle's own failure, RuntimeError or ValueError depending on the IR
+        return False
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_amp_program_trains_like_paddle(ir, model):
+    _, init, _ = _train(ir, model, amp=False)  # float32 initial values, shared by every run
+    losses, params, dtypes = _train(ir, model, amp=True, init=init, transpile_to="INTERPRETER")
+    assert losses[-1] < losses[0], losses
+    if ir == "legacy":  # decorate_bf16 keeps float32 parameters and casts them for each step
+        assert all(d == np.float32 for d in dtypes), dtypes
+    # PIR: 3.3.1's auto_cast makes the parameters that static.nn.fc creates under it bfloat16 in the
+    # startup program itself, updated in bfloat16 (no float32 master); nn.Linear/Conv2D's stay float32.
+    assert [p.dtype for p in params] == dtypes, "the engine keeps each parameter's dtype"
+    if _paddle_runs(ir, model):  # an AVX512 host: the AMP program itself, on Paddle
+        ref_losses, ref_params, _ = _train(ir, model, amp=True, init=init)
+        tol = 1e-2
+    else:  # this CPU: the float32 program on Paddle; bf16 rounding of activations and weights
+        ref_losses, ref_params, _ = _train(ir, model, amp=False, init=init)
+        tol = 5e-2
+    np.testing.assert_allclose(losses, ref_losses, rtol=tol, atol=tol)
+    for got, ref in zip(params, ref_params):
+        got, ref = _as_float(got), _as_float(ref)
+        assert np.linalg.norm(got - ref) <= tol * np.linalg.norm(ref) + 1e-3
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_cpu_backend_leaves_bfloat16_ops_to_paddle(ir):
+    with ir_guard(ir), paddle.static.scope_guard(paddle.static.Scope()):
+        main, startup, _ = _program(ir, "mlp", amp=True)
+        from paddle_ngraph.frontend import decode
+        from paddle_ngraph.transpiler.segments import plan_segments, refused_by_converters
+
+        view = decode(main)
+        plan = plan_segments(view, refused=refused_by_converters(view, get_backend("CPU")))
+        left = {op.type for op in plan.fallback}
+        reasons = set(plan.refused.values())
+    assert plan.segments, "the float32 ops (loss, optimizer) stay on the engine"
+    assert {"cast", "relu"} <= {t.split(".")[-1] for t in left}, left
+    assert any("no bfloat16 kernel" in r for r in reasons), reasons
+    # The INTERPRETER computes them: nothing is left to Paddle.
+    plan = plan_segments(view, refused=refused_by_converters(view, get_backend("INTERPRETER")))
+    assert not plan.fallback and len(plan.segments) == 1
