@@ -57,6 +57,12 @@ def decode(bits: np.ndarray, fmt: str) -> np.ndarray:
     raise TransportError(f"unknown compression '{fmt}'; valid: {', '.join(FORMATS)}")
 
 
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 -> the nearest bfloat16 values (ties to even), as float32; a NaN stays a NaN. What
+    ``precision: bf16`` does to the inputs of a matmul or convolution (ir/ops/precision.py)."""
+    return decode(encode(values, "bf16"), "bf16").reshape(np.shape(values))
+
+
 def reduce_in_rank_order(encoded: np.ndarray, fmt: str, reduction: str) -> np.ndarray:
     """(N, n) 16-bit encodings, one row per rank -> the n float32 sums (or averages), before
     their final rounding to 16 bits."""

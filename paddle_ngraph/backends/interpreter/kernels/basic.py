@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ExecutionError
+from .precision import compute_inputs
 from .registry import KERNELS, kernel
 
 
@@ -116,7 +117,7 @@ def _select(node, args, transport):
 # --- matmul and reductions --------------------------------------------------------------------
 @kernel("MatMul")
 def _matmul(node, args, transport):
-    a, b = args
+    a, b = compute_inputs(node, args)
     if node.attrs["transpose_a"] and a.ndim >= 2:
         a = np.swapaxes(a, -1, -2)
     if node.attrs["transpose_b"] and b.ndim >= 2:
