@@ -37,7 +37,7 @@ FEATURES: dict[str, str | None] = {
     "localsgd": None,
     "adaptive_localsgd": None,
     "recompute": None,
-    "amp": None,  # bf16 (amp_configs use_pure_bf16) maps onto precision: bf16; float16 is refused (amp_refusal)
+    "amp": None,  # bf16 (amp_configs use_pure_bf16) maps onto precision: bf16 (amp_config); float16 is refused
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
     "pipeline": "pipeline parallelism: paddle_ngraph runs data parallelism",
     "tensor_parallel": "tensor parallelism: paddle_ngraph runs data parallelism",
@@ -81,8 +81,9 @@ def amp_config(strategy) -> dict:
     """``strategy.amp`` with ``amp_configs['use_pure_bf16']``: ``precision: bf16``, the engine's O1
     mixed precision (passes/mixed_precision.py). Paddle's pure bf16 (O2) would also keep the
     parameters and most activations in bfloat16; the engine keeps them in float32 (master weights)
-    and rounds the inputs of matmuls and convolutions only, the ops Paddle's default bf16 list
-    runs in bf16 (AutoMixedPrecisionListsBF16's white list), so custom lists have no meaning here.
+    and rounds the inputs of matmuls and convolutions only: the compute-bound ops of Paddle's default
+    bf16 white list (paddle/amp/amp_lists.py: conv2d, matmul, matmul_v2, mul, linear_v2, ...; its
+    max_pool2d_with_index stays float32 here). Custom lists would change that set: refused.
     Loss scaling is for float16's range: bfloat16 has float32's, and Paddle's bf16 AMP uses none."""
     if not (enabled(strategy, "amp") and _amp_bf16(strategy)):
         return {}
