@@ -24,6 +24,7 @@ import numpy as np
 from .distributed.mpi import HIERARCHICAL_MODES
 from .errors import ConfigError, UnknownConfigKeyError
 from .ir.ops.collective import COMPRESSIONS
+from .ir.ops.precision import PRECISIONS
 
 TRANSPORTS = ("auto", "mpi", "ccl", "mlsl", "null")
 REDUCTIONS = ("avg", "sum")
@@ -102,6 +103,17 @@ class Config:
             "order and the result is rounded to 16 bits once, so every rank gets the same bits. bf16 keeps\n"
             "float32's range with 8 bits of mantissa; fp16 has 11 bits but overflows to inf above 65504\n"
             "(check_finite catches it). Needs reduction sum or avg.")
+    precision: str = option(
+        "fp32", choices=PRECISIONS, case="lower",
+        summary="`bf16`: matmuls and convolutions (forward and backward) round their inputs to bfloat16 and "
+                "accumulate in float32; parameters, optimizer state, gradients and all other ops stay float32 "
+                "(see \"Mixed precision (bf16)\")",
+        doc="Compute precision: fp32 or bf16 (O1 mixed precision). With bf16 the matmuls and convolutions,\n"
+            "forward and both backward directions, round their float32 inputs to bfloat16 (round to nearest\n"
+            "even) and accumulate the products in float32; their outputs, the parameters (master weights),\n"
+            "the optimizer state and updates, the gradients the AllReduce sums, softmax, normalization,\n"
+            "losses and reductions stay float32. The INTERPRETER computes so (the reference). The CPU backend\n"
+            "has no bf16 kernels yet (they need avx512_bf16 or amx_bf16): it runs float32 and says so once.")
     threads: int = option(
         0, minimum=0,
         summary="compute threads per rank of the CPU backend; 0 = cores / ranks on this node",

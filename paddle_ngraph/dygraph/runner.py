@@ -75,6 +75,13 @@ class Compiled:
         self.engine = engine
         compiler = engine.compiler
         forward = cap.forward
+        if engine.config.get("precision", "fp32") != "fp32":
+            from ..passes import PassManager
+            from ..passes.mixed_precision import MixedPrecision
+
+            for function in (forward, cap.backward):
+                if function is not None:
+                    PassManager([MixedPrecision(engine.config["precision"])]).run(function)
         inplace = {STATE_PREFIX + n: n for n in cap.state}
         self.forward = compiler.compile(forward, inplace_results=inplace)
         results = list(forward.results)

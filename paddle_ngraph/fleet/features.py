@@ -9,7 +9,9 @@ each feature is either mapped onto what the engine does, with Paddle's semantics
 - configuration: ``gradient_merge`` -> ``accumulate_steps``/``accumulate_avg``; ``sharding``
   stage 1 -> ``zero_stage`` 1; ``fp16_allreduce`` -> ``compress: fp16``; ``sync_batch_norm``
   -> ``sync_batch_norm``; ``recompute`` -> ``recompute_checkpoints``; ``localsgd`` and
-  ``adaptive_localsgd`` -> ``localsgd_k_steps``, ``localsgd_begin_step``, ``localsgd_adaptive``. Keys set in ``strategy.ngraph_configs`` win over these (logged once).
+  ``adaptive_localsgd`` -> ``localsgd_k_steps``, ``localsgd_begin_step``, ``localsgd_adaptive``; ``amp`` with
+  ``amp_configs['use_pure_bf16']`` -> ``precision: bf16`` (``amp`` in float16 is refused). Keys set in
+  ``strategy.ngraph_configs`` win over these (logged once).
 - the inner optimizer, as Paddle's ``LarsOptimizer``/``LambOptimizer`` meta optimizers build
   it: ``lars`` turns Momentum into ``LarsMomentumOptimizer``, ``lamb`` turns Adam into ``Lamb``.
 
@@ -35,7 +37,7 @@ FEATURES: dict[str, str | None] = {
     "localsgd": None,
     "adaptive_localsgd": None,
     "recompute": None,
-    "amp": "mixed precision is not available on the engine (float32 training)",
+    "amp": None,  # bf16 (amp_configs use_pure_bf16) maps onto precision: bf16 (amp_config); float16 is refused
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
     "pipeline": "pipeline parallelism: paddle_ngraph runs data parallelism",
     "tensor_parallel": "tensor parallelism: paddle_ngraph runs data parallelism",
@@ -52,7 +54,7 @@ FEATURES: dict[str, str | None] = {
 ABSORBED = {"GradientMergeOptimizer": "gradient_merge", "ShardingOptimizer": "sharding",
             "FP16AllReduceOptimizer": "fp16_allreduce", "LarsOptimizer": "lars", "LambOptimizer": "lamb",
             "RecomputeOptimizer": "recompute", "LocalSGDOptimizer": "localsgd",
-            "AdaptiveLocalSGDOptimizer": "adaptive_localsgd"}
+            "AdaptiveLocalSGDOptimizer": "adaptive_localsgd", "AMPOptimizer": "amp"}
 HYBRID_DEGREES = ("mp_degree", "pp_degree", "dp_degree")
 _SAID: set = set()  # conflicts already logged
 
@@ -63,7 +65,37 @@ def enabled(strategy, feature: str) -> bool:
 
 def refused(strategy) -> list[str]:
     """``strategy.X (why)`` for every enabled feature strategy.ngraph cannot honour."""
-    return [f"strategy.{name} ({why})" for name, why in FEATURES.items() if why and enabled(strategy, name)]
+    found = [f"strategy.{name} ({why})" for name, why in FEATURES.items() if why and enabled(strategy, name)]
+    if enabled(strategy, "amp") and not _amp_bf16(strategy):
+        found.append("strategy.amp (mixed precision in float16 is not available on the engine; "
+                     "amp_configs['use_pure_bf16'] = True trains in bf16 mixed precision, as ngraph_configs "
+                     "precision: bf16)")
+    return found
+
+
+def _amp_bf16(strategy) -> bool:
+    return bool(dict(strategy.amp_configs).get("use_pure_bf16", False))
+
+
+def amp_config(strategy) -> dict:
+    """``strategy.amp`` with ``amp_configs['use_pure_bf16']``: ``precision: bf16``, the engine's O1
+    mixed precision (passes/mixed_precision.py). Paddle's pure bf16 (O2) would also keep the
+    parameters and most activations in bfloat16; the engine keeps them in float32 (master weights)
+    and rounds the inputs of matmuls and convolutions only: the compute-bound ops of Paddle's default
+    bf16 white list (paddle/amp/amp_lists.py: conv2d, matmul, matmul_v2, mul, linear_v2, ...; its
+    max_pool2d_with_index stays float32 here). Custom lists would change that set: refused.
+    Loss scaling is for float16's range: bfloat16 has float32's, and Paddle's bf16 AMP uses none."""
+    if not (enabled(strategy, "amp") and _amp_bf16(strategy)):
+        return {}
+    configs = dict(strategy.amp_configs)
+    custom = [k for k in ("custom_white_list", "custom_black_list", "custom_black_varnames") if configs.get(k)]
+    if custom:
+        raise ConfigError(f"strategy.amp with amp_configs {', '.join(f'{k}={list(configs[k])}' for k in custom)}: "
+                          f"the engine's bf16 ops are fixed (matmul, conv2d and their gradients); leave these "
+                          f"lists empty")
+    log.info("strategy.amp with amp_configs['use_pure_bf16']: precision bf16 (O1: matmul and conv inputs rounded "
+             "to bf16, float32 accumulation; parameters, optimizer state and other ops float32)")
+    return {"precision": "bf16"}
 
 
 def config_overrides(strategy) -> dict:
@@ -95,6 +127,7 @@ def config_overrides(strategy) -> dict:
     if enabled(strategy, "recompute"):
         overrides.update(recompute_overrides(strategy.recompute_configs))
     overrides.update(localsgd_config(strategy))
+    overrides.update(amp_config(strategy))
     return overrides
 
 

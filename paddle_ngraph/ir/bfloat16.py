@@ -38,3 +38,11 @@ def to_bfloat16(values) -> np.ndarray:
 def widen(bits) -> np.ndarray:
     """bfloat16 bits -> float32 values, exactly."""
     return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_bf16(values) -> np.ndarray:
+    """float32 values -> the nearest bfloat16 values (ties to even), as float32, shape kept; a NaN
+    stays a NaN. What ``precision: bf16`` does to the inputs of a matmul or convolution
+    (ir/ops/precision.py)."""
+    array = np.asarray(values, dtype=np.float32)
+    return widen(round_nearest_even(array)).reshape(array.shape)

@@ -156,7 +156,8 @@ def to_text(function: Function) -> str:
         args = ", ".join(f"{i.node.name}:{i.index}" if len(i.node.output_types) > 1 else i.node.name
                          for i in node.inputs)
         attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in node.attrs.items()
-                          if not (k == "bucket" and not v) and not (k == "compress" and v == "none"))
+                          if not (k == "bucket" and not v) and not (k == "compress" and v == "none")
+                          and not (k == "compute_precision" and v == "default"))
         types = ", ".join(str(t) for t in node.output_types)
         lines.append(f"  {node.name} = {node.op_type}({args})" + (f" {{{attrs}}}" if attrs else "") + f" -> {types}")
     for name, out in function.results.items():

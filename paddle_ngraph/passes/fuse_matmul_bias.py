@@ -39,7 +39,7 @@ class FuseMatMulBias(FunctionPass):
             bias = replacements.get((bias.node.id, bias.index), bias)
             fused = MatMulBias(a, b, bias, name=f"{matmul.name}_bias_{activation}",
                                transpose_a=matmul.attrs["transpose_a"], transpose_b=matmul.attrs["transpose_b"],
-                               activation=activation)
+                               activation=activation, compute_precision=matmul.attrs["compute_precision"])
             replacements[(target.id, 0)] = fused.output(0)
         replace_outputs(function, replacements)
         self.fused += len(replacements)

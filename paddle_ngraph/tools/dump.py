@@ -52,6 +52,7 @@ examples:
   paddle-ngraph-dump paddle_ngraph.zoo:build_program --ir legacy --report
   paddle-ngraph-dump mnist.pdmodel --nranks 4 --bucket-mb 1 --bandwidth 12.5 --report
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --format svg -o mnist.svg
+  paddle-ngraph-dump mnist.pdmodel --precision bf16 --report   # which nodes compute in bf16
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --passes dumps/   # dumps/NN_<pass>.json|.txt
 
 exit codes:
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="1: shard the optimizer state (ZeRO-1: ReduceScatter, update of a slice, AllGather) (default: 0)")
     p.add_argument("--compress", choices=("none", "bf16", "fp16"), default="none",
                    help="wire format of float32 gradient AllReduce (as the compress config key; default: none)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: run the mixed-precision pass (as the precision config key): matmuls and "
+                        "convolutions compute in bf16; the report lists them (default: fp32)")
     p.add_argument("--bandwidth", type=float, default=10.0,
                    help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
     p.add_argument("--passes", metavar="DIR", help="dump the function after each pass into DIR (NN_<pass>.json/.txt)")
@@ -398,10 +402,26 @@ def report(label, view, function, produced, args, allreduce_pass) -> str:
                    f"{p.output_types[0].nbytes():>14,}")
     out.append("Feeds: " + (", ".join(f"{p.name} {p.output_types[0]}" for p in groups["feed"]) or "none"))
 
+    out += [""] + precision_lines(nodes, getattr(args, "precision", "fp32"))
     out += [""] + distributed_lines(function, nodes, args, allreduce_pass)
     if getattr(args, "sharding", None) is not None and args.nranks > 1:
         out += sharded_lines(args.sharding, args.nranks)
     return "\n".join(out)
+
+
+def precision_lines(nodes, precision: str) -> list[str]:
+    """The nodes the mixed-precision pass marked, with their input types; the others compute in
+    their inputs' dtype."""
+    marked = [n for n in nodes if n.attrs.get("compute_precision") == "bf16"]
+    if precision == "fp32":
+        return ["Precision: fp32, every node computes in its inputs' dtype (use --precision bf16 for mixed precision)"]
+    kinds = Counter(n.op_type for n in marked)
+    lines = [f"Precision: {precision}: {len(marked)} node(s) round their inputs to bf16 and accumulate in float32"
+             + (f" ({', '.join(f'{k} x{v}' for k, v in sorted(kinds.items()))})" if kinds else "")
+             + "; every other node computes in float32"]
+    for n in marked:
+        lines.append(f"  {n.name:<40} {n.op_type:<26} {' x '.join(str(i.type) for i in n.inputs)}")
+    return lines
 
 
 def sharded_lines(sharding, n: int) -> list[str]:
@@ -557,11 +577,15 @@ def run(args) -> int:
     allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg",
                                 compress=args.compress)
     passes = [allreduce]
+    if args.precision != "fp32":
+        from ..passes.mixed_precision import MixedPrecision
+
+        passes.insert(0, MixedPrecision(args.precision))
     if args.zero_stage == 1:
         from ..passes.shard_optimizer import ShardOptimizer
 
         args.sharding = ShardOptimizer(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
-        passes.insert(0, args.sharding)
+        passes.insert(len(passes) - 1, args.sharding)
     try:
         PassManager(passes, dump_dir=args.passes).run(function)
     except OSError as e:

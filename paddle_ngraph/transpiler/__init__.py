@@ -20,6 +20,7 @@ from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_un
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
 from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
+from ..passes.mixed_precision import MixedPrecision
 from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
 from ..passes.recompute import Recompute
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
@@ -117,7 +118,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
                                                       "compress", "accumulate_steps", "accumulate_avg",
                                                       "timeout_s", "sync_batch_norm", "localsgd_k_steps",
-                                                      "localsgd_begin_step", "localsgd_adaptive")}
+                                                      "localsgd_begin_step", "localsgd_adaptive", "precision")}
     settings["recompute_checkpoints"] = checkpoints
     handover: dict = {}
     engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
@@ -197,6 +198,13 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
         raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
                               f"the engine's converters do not make; run with fallback=False to see the ops")
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=f"ngraph_engine_{seg.index}")
+    if settings["precision"] != "fp32":
+        # First of all, so that every variant built below (recomputed copies, the accumulate and
+        # local SGD functions) copies the marks with the nodes.
+        mixed = MixedPrecision(settings["precision"])
+        PassManager([mixed]).run(function)
+        log.info("engine segment %d: %d node(s) compute in %s (precision)", seg.index, len(mixed.marked),
+                 settings["precision"])
     localsgd_on = settings["localsgd_k_steps"] > 0
     if localsgd_on and seg.allreduce:
         raise ConfigError(f"localsgd_k_steps (local SGD) needs the optimizer updates on the engine; the updates of "

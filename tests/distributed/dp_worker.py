@@ -47,6 +47,7 @@ def main():
     p.add_argument("--ranks-per-node", type=int, default=0,
                    help="pretend ranks r with equal r // k share a node (PADDLE_NGRAPH_NODE_ID)")
     p.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = p.parse_args()
     if args.ranks_per_node:
         os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // args.ranks_per_node)
@@ -71,7 +72,7 @@ def main():
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
                                             zero_stage=args.zero_stage, backend=args.backend,
                                             hierarchical=args.hierarchical, compress=args.compress,
-                                            accumulate_steps=args.accumulate_steps)
+                                            accumulate_steps=args.accumulate_steps, precision=args.precision)
                 losses = []
                 for step in range(args.steps):
                     if args.reference:

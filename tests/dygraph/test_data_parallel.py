@@ -171,3 +171,33 @@ def test_uncapturable_layer_runs_eagerly_with_one_message(caplog):
     assert len(said) == 1 and "Branchy" in said[0] and "control flow" in said[0], said
     assert model.engine.steps == 0 and model.engine.eager_steps == 4
     assert isinstance(model.engine, LayerEngine)
+
+
+def test_precision_bf16_marks_the_forward_and_backward_and_trains_close_to_float32():
+    """DataParallel(precision="bf16") on the INTERPRETER: the conv and matmuls of both functions are
+    marked; the loss and the trained weights stay close to plain Paddle's float32 (the tolerance of
+    bf16's 8 significant bits), and differ from them (the inputs were rounded)."""
+    from paddle_ngraph.passes.mixed_precision import bf16_nodes
+
+    reference, model = pair(ConvBN, backend="INTERPRETER", precision="bf16")
+    reference.drop.p = model._layers.drop.p = 0.0
+    o1, o2 = optimizer(reference), optimizer(model)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x = paddle.to_tensor(rng.standard_normal((4, 3, 6, 6)).astype("float32"))
+        y = paddle.to_tensor(rng.integers(0, 5, (4, 1)))
+        losses = []
+        for m, o in ((reference, o1), (model, o2)):
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            o.step()
+            o.clear_grad()
+            losses.append(float(loss))
+        assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
+    compiled = next(c for c in model.engine.compiled.values() if c is not None)
+    forward = sorted(n.op_type for n in bf16_nodes(compiled.capture.forward))
+    backward = sorted(n.op_type for n in bf16_nodes(compiled.capture.backward))
+    assert forward == ["Convolution", "MatMul"]
+    assert backward == ["ConvolutionBackpropFilter", "MatMul", "MatMul"]  # no gradient of the input x
+    assert_state_close(reference, model, tol=2e-2)
+    assert not np.array_equal(reference.fc.weight.numpy(), model._layers.fc.weight.numpy())

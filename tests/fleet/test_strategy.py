@@ -319,6 +319,37 @@ def test_without_the_flag_paddle_chooses_as_before(static_fleet):
     assert not any("ngraph_engine" in t for t in _op_types(main))
 
 
+def test_amp_with_use_pure_bf16_reaches_transpile_as_precision_bf16(static_fleet):
+    from paddle_ngraph.passes.mixed_precision import bf16_nodes
+    from paddle_ngraph.transpiler import engines
+
+    guard, main, startup, loss = _build(legacy=False)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = {"backend": "INTERPRETER"}
+    strategy.amp = True
+    strategy.amp_configs = {"use_pure_bf16": True}
+    with guard, paddle.static.program_guard(main, startup):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy).minimize(loss)
+    assert fleet.fleet._get_applied_meta_list() == ["NgraphOptimizer"]
+    assert not any("cast" in t for t in _op_types(main))  # Paddle's AMP rewrite did not run
+    assert [n.op_type for n in bf16_nodes(engines()[-1].function)] == ["MatMul", "MatMul"]
+
+
+def test_precision_comes_from_the_environment_and_bad_values_are_named(monkeypatch):
+    monkeypatch.setenv("PADDLE_NGRAPH_PRECISION", "BF16")
+    assert cfg.resolve_config()["precision"] == "bf16"
+    monkeypatch.setenv("PADDLE_NGRAPH_PRECISION", "fp16")
+    with pytest.raises(ConfigError, match="environment variable PADDLE_NGRAPH_PRECISION: unknown precision 'fp16'; "
+                                          "valid: fp32, bf16"):
+        cfg.resolve_config()
+    monkeypatch.delenv("PADDLE_NGRAPH_PRECISION")
+    with pytest.raises(ConfigError, match="strategy.ngraph_configs: unknown precision 'int8'; valid: fp32, bf16"):
+        cfg.resolve_config({"precision": "int8"})
+    with pytest.raises(ConfigError, match="transpile: 'precision' must be a string, got int 16"):
+        paddle_ngraph.transpile(paddle.static.Program(), precision=16)
+
+
 @pytest.mark.parametrize("feature,value", [("amp", True), ("pipeline", True), ("dgc", True), ("asp", True),
                                            ("tensor_parallel", True)])
 def test_features_it_cannot_honour_are_refused_by_name(static_fleet, feature, value):

@@ -177,3 +177,21 @@ def test_every_strategy_feature_flag_is_decided():
             flags.append(name)
     undecided = [f for f in flags if f not in features.FEATURES]
     assert not undecided, undecided
+
+
+def test_amp_in_bf16_maps_onto_precision_bf16_and_amp_in_float16_is_refused():
+    bf16 = strategy_with(amp=True, amp_configs={"use_pure_bf16": True})
+    assert features.refused(bf16) == []
+    assert features.config_overrides(bf16) == {"precision": "bf16"}
+    assert "AMPOptimizer" in features.ABSORBED  # Paddle's own AMP rewrite must not run as well
+    fp16 = features.refused(strategy_with(amp=True))
+    assert fp16 == ["strategy.amp (mixed precision in float16 is not available on the engine; amp_configs"
+                    "['use_pure_bf16'] = True trains in bf16 mixed precision, as ngraph_configs precision: bf16)"]
+    assert features.config_overrides(strategy_with(amp=False, amp_configs={"use_pure_bf16": True})) == {}
+    with pytest.raises(ConfigError, match=r"amp_configs custom_white_list=\['softmax'\]: the engine's bf16 ops are "
+                                          r"fixed"):
+        features.config_overrides(strategy_with(amp=True, amp_configs={"use_pure_bf16": True,
+                                                                       "custom_white_list": ["softmax"]}))
+    bf16.ngraph = True
+    bf16.ngraph_configs = {"precision": "fp32"}  # ngraph_configs wins, as for every mapped feature
+    assert features.merged_overrides(bf16)["precision"] == "fp32"

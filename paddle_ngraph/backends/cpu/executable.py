@@ -9,6 +9,9 @@ batch builds once; a smaller last batch builds once more.
 Compile passes, in the pass manager (validation after each, dumps with
 PADDLE_NGRAPH_DUMP_PASSES): eliminate_duplicates, fuse_matmul_bias, liveness,
 memory_plan.
+
+A function marked for bfloat16 (``precision: bf16``, passes/mixed_precision.py) runs in float32
+here, said once per process (precision.py): the specializations drop the marks.
 """
 from __future__ import annotations
 
@@ -25,10 +28,12 @@ from ...passes.fuse_matmul_bias import FuseMatMulBias
 from ...ir.ops.collective import COLLECTIVE_OPS
 from ...passes.liveness import IN_PLACE_COLLECTIVES, Liveness
 from ...passes.memory_plan import MemoryPlan
+from ...passes.mixed_precision import bf16_nodes, clear_bf16
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
 from ..interpreter.bfloat16 import kernel_for as reference_kernel_for, touches_bfloat16
 from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
+from . import precision
 
 _MAX_SPECIALIZATIONS = 8
 
@@ -215,6 +220,12 @@ class CPUExecutable(Executable):
             raise ExecutionError(f"the CPU backend has no bfloat16 kernels; nodes reading or making bfloat16: "
                                  f"{', '.join(refused[:8])}{' ...' if len(refused) > 8 else ''} (the INTERPRETER "
                                  f"computes them; transpile with fallback leaves their ops to Paddle)")
+        # Nodes marked to compute in bfloat16 that this backend runs in float32 (None: it would honour them).
+        self.float32_instead = None
+        if bf16_nodes(function):
+            self.float32_instead = precision.float32_reason()
+            if self.float32_instead is not None:
+                precision.tell_once(self.float32_instead)
 
     @property
     def peak_bytes(self) -> int | None:
@@ -282,8 +293,10 @@ class CPUExecutable(Executable):
             self._specializations.move_to_end(signature)
             return found
         shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
-        found = Specialization(clone_function(self.function, shapes), self.threads, transport, self.inplace_results,
-                               self.check_finite)
+        specialized = clone_function(self.function, shapes)
+        if self.float32_instead is not None:
+            clear_bf16(specialized)
+        found = Specialization(specialized, self.threads, transport, self.inplace_results, self.check_finite)
         found.native.set_tracing(self.tracing)
         self._specializations[signature] = found
         if len(self._specializations) > _MAX_SPECIALIZATIONS:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..node import Node, register_op
 from ..types import TensorType, broadcast_shapes, dims_compatible
+from .precision import ATTRIBUTE as _PRECISION, check_compute_precision
 
 __all__ = ["MatMul"]
 
@@ -10,13 +11,14 @@ __all__ = ["MatMul"]
 @register_op
 class MatMul(Node):
     op_type = "MatMul"
-    attributes = {"transpose_a": False, "transpose_b": False}
+    attributes = {"transpose_a": False, "transpose_b": False, **_PRECISION}
     num_inputs = 2
 
     def infer(self):
         a, b = self.input_type(0), self.input_type(1)
         self.check(a.dtype == b.dtype, f"input dtypes differ: {a} and {b}")
         self.check(a.dtype.is_float, f"needs floating-point inputs, got {a}")
+        check_compute_precision(self, a.dtype)
         self.check(a.rank >= 1 and b.rank >= 1, f"inputs must have rank >= 1, got {a} and {b}")
         sa, sb = list(a.shape), list(b.shape)
         if len(sa) == 1:
@@ -50,11 +52,13 @@ class MatMulBias(Node):
     """``activation(a @ b + bias)`` for 2-D ``a`` and ``b`` and a bias over the last dimension.
 
     Not produced by the frontend: the fusion pass of the CPU backend builds it from
-    MatMul -> Add (-> Relu), which oneDNN runs as one matmul with post-ops.
+    MatMul -> Add (-> Relu), which oneDNN runs as one matmul with post-ops. With
+    ``compute_precision`` "bf16" only the product's inputs are rounded: the bias is added to the
+    float32 product in float32.
     """
 
     op_type = "MatMulBias"
-    attributes = {"transpose_a": False, "transpose_b": False, "activation": "none"}
+    attributes = {"transpose_a": False, "transpose_b": False, "activation": "none", **_PRECISION}
     num_inputs = 3
 
     def infer(self):

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..node import Node, register_op
 from ..types import DType, TensorType, dims_compatible
+from .precision import ATTRIBUTE as _PRECISION, check_compute_precision
 
 __all__ = [
     "Convolution", "ConvolutionBackpropData", "ConvolutionBackpropFilter",
@@ -48,13 +49,15 @@ def _window_count(node: Node, size: int, window: int, stride: int, pad_begin: in
 
 # --- convolution ----------------------------------------------------------------------------------
 class _ConvBase(Node):
-    attributes = {"strides": (1, 1), "dilations": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "groups": 1}
+    attributes = {"strides": (1, 1), "dilations": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "groups": 1,
+                  **_PRECISION}
 
     def conv_output_type(self, data: TensorType, filters: TensorType) -> TensorType:
         """Checks data NCHW against filters OIHW and returns the forward output type."""
         a = self.attrs
         _check_pairs(self, "strides", "dilations", "pads_begin", "pads_end")
         _check_same_dtype(self, data, filters)
+        check_compute_precision(self, data.dtype)
         self.check(data.rank == 4 and filters.rank == 4, f"data {data} and filters {filters} must be 4-D (NCHW, OIHW)")
         groups = int(a["groups"])
         out_channels, in_per_group = filters.shape[0], filters.shape[1]

@@ -6,6 +6,7 @@ import numpy as np
 from ....errors import ExecutionError
 from ....ir import bfloat16
 from ....ir.types import DType
+from .precision import compute_inputs
 from .registry import KERNELS, kernel
 
 
@@ -124,7 +125,7 @@ def _select(node, args, transport):
 # --- matmul and reductions --------------------------------------------------------------------
 @kernel("MatMul")
 def _matmul(node, args, transport):
-    a, b = args
+    a, b = compute_inputs(node, args)
     if node.attrs["transpose_a"] and a.ndim >= 2:
         a = np.swapaxes(a, -1, -2)
     if node.attrs["transpose_b"] and b.ndim >= 2:

@@ -14,6 +14,7 @@ from numpy.lib.stride_tricks import as_strided
 from scipy.special import erf
 
 from ....errors import ExecutionError
+from .precision import compute_inputs
 from .registry import kernel
 
 # --- GELU ---------------------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def _grouped(node, data, filters, out_hw):
 
 @kernel("Convolution")
 def _convolution(node, args, transport):
-    data, filters = args
+    data, filters = compute_inputs(node, args)
     out_hw = _conv_out_hw(node, data, filters)
     cols, w = _grouped(node, data, filters, out_hw)
     out = np.matmul(w[None], cols)  # (N, g, O/g, OH*OW)
@@ -102,7 +103,7 @@ def _delta_grouped(node, delta):
 
 @kernel("ConvolutionBackpropData")
 def _convolution_bp_data(node, args, transport):
-    data, filters, delta = args
+    data, filters, delta = compute_inputs(node, args)
     g = int(node.attrs["groups"])
     (pt, pl), (pb, pr) = node.attrs["pads_begin"], node.attrs["pads_end"]
     (dh, dw), (sh, sw) = node.attrs["dilations"], node.attrs["strides"]
@@ -122,7 +123,7 @@ def _convolution_bp_data(node, args, transport):
 
 @kernel("ConvolutionBackpropFilter")
 def _convolution_bp_filter(node, args, transport):
-    data, filters, delta = args
+    data, filters, delta = compute_inputs(node, args)
     cols, _ = _grouped(node, data, filters, delta.shape[2:])
     # Sum over the batch of delta[n] @ columns[n]^T, per group.
     grad = np.matmul(_delta_grouped(node, delta), np.swapaxes(cols, 2, 3)).sum(axis=0)
