@@ -30,7 +30,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.03, help="learning rate (default 0.03)")
     p.add_argument("--held-out", type=int, default=297, help="last samples kept for evaluation (default 297)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--json", help="also write the results (with every step's loss) to this file")
+    p.add_argument("--plot", help="also plot both precisions' training losses, step by step, to this PNG "
+                   "(matplotlib: make bench-deps)")
     return p.parse_args(argv)
 
 
@@ -74,7 +76,27 @@ def train_and_evaluate(args, precision: str, data) -> dict:
             (logits,) = get_backend("INTERPRETER").compile(function).call(inputs)
     accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test.reshape(-1)))
     return {"precision": precision, "accuracy": accuracy, "final_loss": float(np.mean(losses[-10:])),
-            "bf16_nodes_in_evaluation": len(mixed.marked)}
+            "bf16_nodes_in_evaluation": len(mixed.marked), "losses": losses}
+
+
+def plot_losses(args, results, path: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in results:
+        ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=f"{r['precision']} (held-out "
+                f"{100 * r['accuracy']:.1f}%)", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (log scale)")
+    ax.set_title(f"{args.model}, {args.optimizer} lr {args.lr}, batch {args.batch_size}: fp32 and bf16 (INTERPRETER)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"written: {path}")
 
 
 def main(argv=None):
@@ -96,6 +118,8 @@ def main(argv=None):
               f"{r['final_loss']:.4f}")
     difference = 100 * (results[1]["accuracy"] - results[0]["accuracy"])
     print(f"bf16 - fp32: {difference:+.2f} points")
+    if args.plot:
+        plot_losses(args, results, args.plot)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "steps": args.steps, "results": results, "difference_points": difference},
