@@ -155,6 +155,11 @@ class Cluster:
 
     def __exit__(self, *exc):
         veths = [f"{self.prefix}-v{i}" for i in range(1, len(self.created_namespaces) + 1)]
+        if not self.dry_run:
+            # A launcher that had to be SIGKILLed (stop()) leaves its daemons and ranks running in the
+            # namespaces, still holding our stdout: end them before their hosts go.
+            for ns in self.created_namespaces:
+                kill_processes_in(ns)
         for ns in reversed(self.created_namespaces):  # deleting a namespace deletes its veth and the peer
             self.sh("ip", "netns", "del", ns, check=False)
         self.created_namespaces.clear()
@@ -169,6 +174,16 @@ class Cluster:
         if not self.dry_run:
             log("namespaces and bridge removed")
         return False
+
+
+def kill_processes_in(ns: str):
+    """SIGKILL every process whose network namespace is ``ns`` (`ip netns pids`)."""
+    listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    for pid in listed:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
 
 
 def rate_bits(rate: str) -> float:
@@ -431,6 +446,7 @@ def cleanup_leftovers(prefix: str = PREFIX) -> int:
     removed = []
     for ns in sorted(existing_namespaces()):
         if ns.startswith(f"{prefix}-h"):
+            kill_processes_in(ns)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             removed.append(ns)
         folder = os.path.join("/etc/netns", ns)
