@@ -137,8 +137,11 @@ def test_namespaces_removed_after_a_failed_job():
 @needs_netns
 def test_namespaces_removed_after_ctrl_c():
     env = quiet_env(PYTHONPATH=ROOT)
+    # As from a terminal: a suite started in the background by a shell without job control (a CI
+    # runner, `cmd &` in a script) inherits SIGINT ignored, and Python keeps it ignored.
     proc = subprocess.Popen([sys.executable, TOOL, "--", "--steps", "100000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and "pdng-h2" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                                       text=True).stdout:
