@@ -707,13 +707,10 @@ def write_scaling(report: dict, out: str) -> int:
 
 
 def machine() -> str:
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{os.cpu_count()} cores, {model}"
+    from paddle_ngraph.backends.cpu.precision import cpu_info
+
+    model, _ = cpu_info()
+    return f"{os.cpu_count()} cores, {model if model != 'unknown' else platform.processor() or model}"
 
 
 if __name__ == "__main__":

@@ -61,24 +61,32 @@ def assert_state_close(a, b, tol=1e-5):
         np.testing.assert_allclose(sb[k].numpy(), sa[k].numpy(), rtol=tol, atol=tol, err_msg=k)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_training_matches_paddle_with_batch_norm(backend):
-    # Dropout in training draws different masks on the engine: p=0 here, eval mode below.
-    reference, model = pair(ConvBN, backend=backend)
-    reference.drop.p = model._layers.drop.p = 0.0
+def train_convbn_side_by_side(reference, model, steps: int, seed: int) -> list[tuple[float, float]]:
+    """``steps`` steps of ConvBN's loop on the same batches for both; each step's (reference, model) losses."""
     o1, o2 = optimizer(reference), optimizer(model)
-    rng = np.random.default_rng(0)
-    for _ in range(4):
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(steps):
         x = paddle.to_tensor(rng.standard_normal((4, 3, 6, 6)).astype("float32"))
         y = paddle.to_tensor(rng.integers(0, 5, (4, 1)))
-        losses = []
+        step = []
         for m, o in ((reference, o1), (model, o2)):
             loss = F.cross_entropy(m(x), y)
             loss.backward()
             o.step()
             o.clear_grad()
-            losses.append(float(loss))
-        assert abs(losses[0] - losses[1]) < 1e-5
+            step.append(float(loss))
+        losses.append(tuple(step))
+    return losses
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_matches_paddle_with_batch_norm(backend):
+    # Dropout in training draws different masks on the engine: p=0 here, eval mode below.
+    reference, model = pair(ConvBN, backend=backend)
+    reference.drop.p = model._layers.drop.p = 0.0
+    for reference_loss, loss in train_convbn_side_by_side(reference, model, steps=4, seed=0):
+        assert abs(reference_loss - loss) < 1e-5
     assert_state_close(reference, model)  # includes bn._mean/_variance, updated in place
     engine = model.engine
     assert engine in paddle_ngraph.engines() and engine.steps == 4 and engine.eager_steps == 0
@@ -181,19 +189,8 @@ def test_precision_bf16_marks_the_forward_and_backward_and_trains_close_to_float
 
     reference, model = pair(ConvBN, backend="INTERPRETER", precision="bf16")
     reference.drop.p = model._layers.drop.p = 0.0
-    o1, o2 = optimizer(reference), optimizer(model)
-    rng = np.random.default_rng(1)
-    for _ in range(3):
-        x = paddle.to_tensor(rng.standard_normal((4, 3, 6, 6)).astype("float32"))
-        y = paddle.to_tensor(rng.integers(0, 5, (4, 1)))
-        losses = []
-        for m, o in ((reference, o1), (model, o2)):
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            o.clear_grad()
-            losses.append(float(loss))
-        assert abs(losses[0] - losses[1]) < 1e-2 * abs(losses[0])
+    for reference_loss, loss in train_convbn_side_by_side(reference, model, steps=3, seed=1):
+        assert abs(reference_loss - loss) < 1e-2 * abs(reference_loss)
     compiled = next(c for c in model.engine.compiled.values() if c is not None)
     forward = sorted(n.op_type for n in bf16_nodes(compiled.capture.forward))
     backward = sorted(n.op_type for n in bf16_nodes(compiled.capture.backward))
