@@ -1,9 +1,11 @@
 """What the CPU backend does with a function marked for bfloat16 (``precision: bf16``).
 
 Native bf16 matmul and convolution need the CPU's bf16 instructions: avx512_bf16 (Cooper Lake,
-Zen 4 and later) or AMX (amx_bf16, Sapphire Rapids); oneDNN on plain AVX2 or AVX-512 has no bf16
-matmul or convolution worth running (it would emulate them, slower than float32). And the CPU
-backend's bf16 kernels are not written yet. So today the CPU backend runs such a function in
+Zen 4 and later) or AMX (amx_bf16, Sapphire Rapids). On plain AVX2 the oneDNN that Paddle ships (3.6.2)
+has no bf16 matmul or convolution at all: creating the primitive fails ("could not create a primitive
+descriptor", measured on a Zen 3); on AVX-512 without avx512_bf16 it emulates them, slower than
+float32. And the CPU backend's bf16 kernels are not written yet: with no machine here that can run
+them, they could not even be tested. So today the CPU backend runs such a function in
 float32 and says why, once per process, on the ``paddle_ngraph`` logger: never a crash, never a
 silent slowdown or a silent change of precision. The INTERPRETER honours the marks (it is the
 reference of the mixed-precision function).
