@@ -24,8 +24,11 @@ def _role(op) -> str:
 
 
 def _dtype(var) -> DType | None:
+    from paddle.base import core
     from paddle.base.data_feeder import convert_dtype
 
+    if var.dtype == core.VarDesc.VarType.BF16:  # convert_dtype says 'uint16', the NumPy storage of its bits
+        return DType.bfloat16
     try:
         return DType.parse(convert_dtype(var.dtype))
     except (ValueError, TypeError, KeyError):

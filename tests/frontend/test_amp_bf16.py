@@ -104,6 +104,24 @@ def test_bfloat16_op_matches_paddles_cpu_kernel_bit_for_bit(op, ir):
     np.testing.assert_array_equal(got[0], ref[0])
 
 
+@pytest.mark.parametrize("ir", IRS)
+def test_bfloat16_input_variable_is_paddles_bit_for_bit(ir):
+    """A variable the program declares bfloat16 (a feed of Paddle's pure-bf16 AMP): the legacy
+    VarType BF16, which Paddle's convert_dtype spells 'uint16', is bfloat16, not an unknown type."""
+    x = bfloat16.to_bfloat16(np.random.default_rng(2).standard_normal([16, 8]).astype(F32))
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            out = paddle.scale(paddle.static.data("x", [16, 8], "bfloat16"), 0.3, 0.1)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        ref = np.asarray(exe.run(main, feed={"x": x}, fetch_list=[out])[0])
+        function = paddle_ngraph.convert(main, fetch_list=[out])
+        got = run_function(function, {"x": x}, "INTERPRETER")
+    (value,) = [v for k, v in got.items() if k.startswith("fetch:")]
+    assert ref.dtype == np.uint16 and value.dtype == np.uint16
+    np.testing.assert_array_equal(value, ref)
+
+
 def test_cpu_backend_refuses_bfloat16_with_a_typed_error():
     def build(x):
         return [paddle.cast(paddle.nn.functional.relu(paddle.cast(x, "bfloat16")), "float32")]
@@ -259,3 +277,45 @@ def test_cpu_backend_leaves_bfloat16_ops_to_paddle(ir):
     # The INTERPRETER computes them: nothing is left to Paddle.
     plan = plan_segments(view, refused=refused_by_converters(view, get_backend("INTERPRETER")))
     assert not plan.fallback and len(plan.segments) == 1
+
+
+def _pure_bf16_losses(model, transpile_to=None):
+    """Losses of STEPS steps of the legacy program that ``decorate_bf16(use_pure_bf16=True)`` makes:
+    bfloat16 parameters (cast by amp_init), feeds and SGD updates; or of the float32 program from the
+    same initial values (Paddle's executor). Also the parameters' dtypes after training."""
+    net, shape, dtype, _ = MODELS[model]
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal([8] + shape).astype(F32), rng.integers(0, 4, [8, 1])
+    with ir_guard("legacy"), paddle.static.scope_guard(paddle.static.Scope()):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            paddle.seed(5)
+            loss = paddle.nn.functional.cross_entropy(net(paddle.static.data("x", [None] + shape, dtype)),
+                                                      paddle.static.data("y", [None, 1], "int64")).mean()
+            opt = paddle.optimizer.SGD(LR)
+            if transpile_to:
+                opt = paddle.static.amp.bf16.decorate_bf16(opt, use_pure_bf16=True, use_bf16_guard=False)
+            opt.minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        feed = {"x": x, "y": y}
+        if transpile_to:
+            opt.amp_init(paddle.CPUPlace())  # the float32 initial values, rounded to bfloat16 in the scope
+            feed["x"] = bfloat16.to_bfloat16(x)
+            paddle_ngraph.transpile(main, backend=transpile_to)
+        losses = [_as_float(np.asarray(exe.run(main, feed=feed, fetch_list=[loss])[0])).reshape(-1)[0]
+                  for _ in range(STEPS)]
+        dtypes = {scope_value(n).dtype for n in _parameter_names(main)}
+    return np.array(losses, F32), dtypes
+
+
+@pytest.mark.parametrize("model", ["conv", "mlp"])
+def test_pure_bf16_program_trains(model):
+    """Paddle's pure bf16 (legacy decorate_bf16 with use_pure_bf16): Paddle's executor cannot run it on
+    this CPU (bfloat16 mul and conv2d are oneDNN AVX512 kernels); the engine trains it, the parameters
+    staying bfloat16, close to the float32 program from the same start (paddle.seed)."""
+    losses, dtypes = _pure_bf16_losses(model, transpile_to="INTERPRETER")
+    assert dtypes == {np.dtype(np.uint16)}, dtypes
+    assert losses[-1] < losses[0], losses
+    reference, _ = _pure_bf16_losses(model)
+    np.testing.assert_allclose(losses, reference, rtol=2e-2, atol=1e-2)
