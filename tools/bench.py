@@ -18,6 +18,11 @@ Systems (each on the same model, per-rank batch and random data):
 The peers run the same four models rebuilt in dygraph and in torch (tools/bench_models.py, same
 layers and parameter counts, tested in tests/tools/test_bench_models.py).
 
+With --precision fp32,bf16 (tools/bench_precision.py) each model runs in float32 and in bf16 in interleaved
+rounds, on ngraph-cpu (precision: bf16) and torch-ddp (torch.autocast bf16) by default, models
+mnist_mlp_wide (784-1024-1024-10), resnet_small and transformer_layer, one rank; the report gives the
+speed-up of bf16 per system and what the engine did with it (its bf16 kernels, or why float32).
+
 With --accumulate-steps 1,2,4 the ngraph systems also run with gradient accumulation: a step is then
 k exe.run calls of the per-rank batch (k micro-batches, one AllReduce and update), its samples k
 times the batch; "comm" is the share of the step the communication thread spent in collectives
@@ -42,6 +47,7 @@ Install the peers first: `make bench-deps` (torch 2.13 CPU, matplotlib).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -52,6 +58,8 @@ import sys
 import tempfile
 import time
 
+from bench_models import VARIANTS, resolve
+from bench_precision import PRECISION_SYSTEMS, precision_lines, run_precision
 from bench_scaling import SCALING_SYSTEMS, run_scaling, scaling_lines
 
 from paddle_ngraph.quiet import quiet_env, quiet_this_process
@@ -59,6 +67,9 @@ from paddle_ngraph.quiet import quiet_env, quiet_this_process
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
+# The issue-21 models of the precision mode: products big enough for bf16 to matter, a convolution
+# network and a transformer layer.
+PRECISION_MODELS = ["mnist_mlp_wide", "resnet_small", "transformer_layer"]
 SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "ngraph-dygraph", "ngraph-dygraph-fleet",
            "torch-ddp"]
 
@@ -77,7 +88,8 @@ def worker(args) -> dict:
     paddle.enable_static()
     from paddle_ngraph.zoo.models import build_program, make_batch
 
-    main, startup, _, loss = build_program(args.model, args.optimizer, lr=0.01)
+    zoo_model, model_kwargs = resolve(args.model)
+    main, startup, _, loss = build_program(zoo_model, args.optimizer, lr=0.01, **model_kwargs)
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     rank, engine = 0, None
@@ -90,14 +102,15 @@ def worker(args) -> dict:
             from paddle_ngraph.zoo.models import checkpoint_names
 
             backend = "INTERPRETER" if args.system == "ngraph-interp" else "CPU"
-            checkpoints = checkpoint_names(args.model, main) if args.recompute == "on" else []
+            checkpoints = checkpoint_names(zoo_model, main) if args.recompute == "on" else []
             paddle_ngraph.transpile(main, backend=backend, bucket_mb=args.bucket_mb, zero_stage=args.zero_stage,
                                     compress=args.compress, accumulate_steps=int(args.accumulate_steps),
-                                    recompute_checkpoints=checkpoints, threads=int(args.threads))
+                                    recompute_checkpoints=checkpoints, threads=int(args.threads),
+                                    precision=args.precision)
             engine = engines()[-1]
             rank = engine.transport.rank if engine.transport is not None else 0
         rng = np.random.default_rng(rank)
-        feeds = [make_batch(args.model, args.batch, rng) for _ in range(4)]
+        feeds = [make_batch(zoo_model, args.batch, rng) for _ in range(4)]
         # One timed step = k calls (micro-batches) with accumulation: one optimizer update.
         k = int(args.accumulate_steps) if engine is not None else 1
 
@@ -123,6 +136,10 @@ def worker(args) -> dict:
             repeats.append(repeat)
         state_mb = optimizer_state_bytes(scope, engine) / 2**20
     result = {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb(), "optimizer_state_mb": state_mb}
+    if engine is not None and args.precision == "bf16" and backend == "CPU":
+        from paddle_ngraph.backends.cpu.precision import float32_reason
+
+        result["precision_note"] = float32_reason() or "bf16 kernels"
     peak = engine.executable.peak_bytes if engine is not None else None
     if peak is not None:
         result["arena_mb"] = peak / 2**20
@@ -152,7 +169,8 @@ def peer_feeds(args, rank):
     from paddle_ngraph.zoo.models import FEEDS, make_batch
 
     rng = np.random.default_rng(rank)
-    return [[batch[name] for name in FEEDS[args.model]] for batch in (make_batch(args.model, args.batch, rng)
+    zoo_model, _ = resolve(args.model)
+    return [[batch[name] for name in FEEDS[zoo_model]] for batch in (make_batch(zoo_model, args.batch, rng)
                                                                      for _ in range(4))]
 
 
@@ -171,22 +189,29 @@ def dygraph_worker(args) -> dict:
         strategy.ngraph = True
         strategy.ngraph_configs = {"bucket_mb": args.bucket_mb, "compress": args.compress, "threads": int(args.threads)}
         fleet.init(is_collective=True, strategy=strategy)
-        model = fleet.distributed_model(paddle_model(args.model))
+        model = fleet.distributed_model(peer_model(paddle_model, args.model))
         opt = fleet.distributed_optimizer(paddle.optimizer.SGD(0.01, parameters=model.parameters()))
         return dygraph_loop(args, model, opt, dist.get_rank())
     if args.system == "ngraph-dygraph":
         import paddle_ngraph  # under mpirun, this sets the ranks Paddle's APIs report
 
-        model = paddle_ngraph.DataParallel(paddle_model(args.model), bucket_mb=args.bucket_mb, compress=args.compress,
+        model = paddle_ngraph.DataParallel(peer_model(paddle_model, args.model), bucket_mb=args.bucket_mb,
+                                           compress=args.compress,
                                            threads=int(args.threads))
         opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
         return dygraph_loop(args, model, opt, dist.get_rank())
     dist.init_parallel_env()
     rank = dist.get_rank()
-    model = paddle_model(args.model)
+    model = peer_model(paddle_model, args.model)
     model = paddle.DataParallel(model) if dist.get_world_size() > 1 else model
     opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
     return dygraph_loop(args, model, opt, rank)
+
+
+def peer_model(factory, name: str):
+    """The dygraph or torch model of a benchmark model name (a zoo model or one of its VARIANTS)."""
+    zoo_model, model_kwargs = resolve(name)
+    return factory(zoo_model, **model_kwargs)
 
 
 def dygraph_loop(args, model, opt, rank) -> dict:
@@ -218,15 +243,19 @@ def torch_worker(args) -> dict:
     if distributed:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if distributed else 0
-    model = torch_model(args.model)
+    model = peer_model(torch_model, args.model)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     feeds = [[torch.from_numpy(a) for a in batch] for batch in peer_feeds(args, rank)]
 
+    # --precision bf16: torch's own mixed precision on CPU, autocast around the forward and the loss.
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.precision == "bf16" else contextlib.nullcontext
+
     def step(i):
         *inputs, y = feeds[i % 4]
-        loss = torch_loss(model(*inputs), y)
+        with autocast():
+            loss = torch_loss(model(*inputs), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -321,7 +350,7 @@ def outcome(result: dict) -> str:
 
 
 def run_once(system, model, ranks, args, accumulate_steps: int = 1, recompute: str = "off",
-             threads: int | None = None) -> dict:
+             threads: int | None = None, precision: str = "fp32") -> dict:
     """One job of one configuration. ``threads``: compute threads per rank (default: the cores shared out
     among the ranks); the engine's ``threads`` key is 0 (its default) unless given."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -329,7 +358,7 @@ def run_once(system, model, ranks, args, accumulate_steps: int = 1, recompute: s
                        "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--optimizer", args.optimizer,
                        "--bucket-mb", str(args.bucket_mb), "--zero-stage", str(args.zero_stage), "--compress", args.compress,
                        "--result-dir", tmp, "--accumulate-steps", str(accumulate_steps), "--recompute", recompute,
-                       "--threads", str(threads or 0)]
+                       "--threads", str(threads or 0), "--precision", precision]
         cmd = launch_command(system, ranks, worker_args, os.path.join(tmp, "log"))
         env = quiet_env(OMP_NUM_THREADS=str(threads or max(1, (os.cpu_count() or 1) // ranks)))
         try:
@@ -357,6 +386,8 @@ def summarize(results: list[dict], ranks: int, batch: int) -> dict:
     ms = float(np.median(per_repeat))
     out = {"status": "ok", "ms_per_step": ms, "ms_spread": [float(min(per_repeat)), float(max(per_repeat))],
            "samples_per_s": ranks * batch * 1e3 / ms, "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    if "precision_note" in results[0]:  # what the engine did with precision bf16 (bf16 kernels, or why float32)
+        out["precision_note"] = results[0]["precision_note"]
     if "optimizer_state_mb" in results[0]:
         out["optimizer_state_mb"] = max(r["optimizer_state_mb"] for r in results)
     if "arena_mb" in results[0]:
@@ -403,7 +434,10 @@ def model_gflop_per_sample(model: str) -> float | None:
     from paddle_ngraph.ir import clone_function
     from paddle_ngraph.zoo.models import build_program
 
-    main, _, _, _ = build_program(model, "sgd")
+    from bench_models import resolve
+
+    zoo_model, model_kwargs = resolve(model)
+    main, _, _, _ = build_program(zoo_model, "sgd", **model_kwargs)
     function = paddle_ngraph.convert(main)
     shapes = {p.name: tuple(1 if d < 0 else d for d in p.output_types[0].shape) for p in function.parameters}
     function = clone_function(function, shapes)
@@ -560,10 +594,13 @@ def plot(report: dict, stem: str) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    parser.add_argument("--models", default=None, help="comma-separated, from: " + ", ".join(MODELS + list(VARIANTS)) +
+                        " (default: " + ",".join(MODELS) + "; with --precision fp32,bf16: " + ",".join(PRECISION_MODELS) +
+                        "); mnist_mlp_wide is mnist_mlp with hidden layers 1024-1024")
     parser.add_argument("--systems", default=None, help="comma-separated, from: " + ", ".join(SYSTEMS) +
                         " (default: all; with --scaling: " + ",".join(SCALING_SYSTEMS) + ")")
-    parser.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts (default 1,2,4)")
+    parser.add_argument("--ranks", default=None,
+                        help="comma-separated rank counts (default 1,2,4; with --precision fp32,bf16: 1)")
     parser.add_argument("--batch", type=int, default=128, help="per-rank batch (default 128)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per repeat (default 30)")
     parser.add_argument("--warmup", type=int, default=5)
@@ -590,7 +627,12 @@ def main(argv=None) -> int:
                         help="scaling mode: one rank with one thread against N ranks (--ranks) with one thread each, "
                              "in --rounds interleaved rounds; systems default to " + ",".join(SCALING_SYSTEMS) +
                              " (see tools/bench_scaling.py)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of --scaling (default 5)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds of --scaling and --precision fp32,bf16 (default 5)")
+    parser.add_argument("--precision", default="fp32",
+                        help="fp32 (default), or fp32,bf16: precision mode, each model's step in float32 against bf16 "
+                             "(the engine's precision: bf16; torch's autocast) in interleaved rounds of one run "
+                             "(see tools/bench_precision.py)")
     # worker mode (started by this tool)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
@@ -610,16 +652,28 @@ def main(argv=None) -> int:
         stem = os.path.splitext(args.out)[0]
         if "scaling" in report:
             return write_scaling(report, args.out)
+        if "precision" in report:
+            return write_precision(report, args.out)
         write_markdown(report, stem + ".md")
         print_table(report)
         print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
         return 0
     if args.smoke:
         args.steps, args.warmup, args.repeats, args.batch = 2, 1, 1, 8
+    precisions = [p for p in args.precision.split(",") if p]
+    precision_mode = precisions != ["fp32"]
+    if precision_mode and sorted(precisions) != ["bf16", "fp32"]:
+        parser.error(f"--precision: fp32 or fp32,bf16, got '{args.precision}'")
+    if precision_mode and args.scaling:
+        parser.error("--precision fp32,bf16 and --scaling are separate modes: run them one at a time")
+    if args.models is None:
+        args.models = ",".join(PRECISION_MODELS if precision_mode else MODELS)
     models = [m for m in args.models.split(",") if m]
     if args.systems is None:
-        args.systems = ",".join(SCALING_SYSTEMS if args.scaling else SYSTEMS)
+        args.systems = ",".join(SCALING_SYSTEMS if args.scaling else PRECISION_SYSTEMS if precision_mode else SYSTEMS)
     systems = [s for s in args.systems.split(",") if s]
+    if args.ranks is None:
+        args.ranks = "1" if precision_mode else "1,2,4"
     ranks = [int(r) for r in args.ranks.split(",") if r]
     try:
         accumulate = [int(k) for k in args.accumulate_steps.split(",") if k]
@@ -628,8 +682,8 @@ def main(argv=None) -> int:
     if not accumulate or min(accumulate) < 1:
         parser.error(f"--accumulate-steps: integers >= 1, got '{args.accumulate_steps}'")
     for m in models:
-        if m not in MODELS:
-            parser.error(f"unknown model '{m}'; valid: {', '.join(MODELS)}")
+        if m not in MODELS and m not in VARIANTS:
+            parser.error(f"unknown model '{m}'; valid: {', '.join(MODELS + list(VARIANTS))}")
     for s in systems:
         if s not in SYSTEMS:
             parser.error(f"unknown system '{s}'; valid: {', '.join(SYSTEMS)}")
@@ -647,6 +701,17 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
         return write_scaling(report, args.out)
+
+    if precision_mode:
+        if args.rounds < 1:
+            parser.error("--rounds: at least 1")
+        args.repeats = 1  # the rounds are the repeats
+        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
+                  "steps": args.steps, "optimizer": args.optimizer,
+                  "precision": run_precision(models, systems, ranks, args, run_once, unsupported)}
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+        return write_precision(report, args.out)
 
     limits = measure_limits()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
@@ -698,6 +763,17 @@ def write_scaling(report: dict, out: str) -> int:
     lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
              f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
              f"{report['optimizer']}, median step of {report['steps']} steps per job.", ""] + scaling_lines(report["scaling"])
+    stem = os.path.splitext(out)[0]
+    with open(stem + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nwritten: {out}, {stem}.md")
+    return 0
+
+
+def write_precision(report: dict, out: str) -> int:
+    lines = [f"Run {report['date']} on {report['machine']}; per-rank batch {report['batch']}, {report['optimizer']}, "
+             f"median step of {report['steps']} steps per job.", ""] + precision_lines(report["precision"])
     stem = os.path.splitext(out)[0]
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -17,6 +17,14 @@ from __future__ import annotations
 import math
 
 NAMES = ("mnist_mlp", "lenet", "resnet_small", "transformer_layer")
+# Benchmark models that are a zoo model with other sizes: name -> (zoo model, its keyword arguments).
+# mnist_mlp_wide is the issue-21 MLP, 784-1024-1024-10: products big enough for bf16 to matter.
+VARIANTS = {"mnist_mlp_wide": ("mnist_mlp", {"hidden": (1024, 1024)})}
+
+
+def resolve(name: str) -> tuple[str, dict]:
+    """(zoo model, keyword arguments) of a benchmark model name."""
+    return VARIANTS.get(name, (name, {}))
 
 
 def _check(name: str):
@@ -32,12 +40,16 @@ def torch_model(name: str, **model_kwargs):
     from torch import nn
 
     class MnistMLP(nn.Module):
-        def __init__(self):
+        def __init__(self, hidden=(600,)):
             super().__init__()
-            self.fc1, self.fc2 = nn.Linear(784, 600), nn.Linear(600, 10)
+            widths = [784, *hidden]
+            self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+            self.fc = nn.Linear(widths[-1], 10)
 
         def forward(self, x):
-            return self.fc2(F.relu(self.fc1(x)))
+            for layer in self.hidden:
+                x = F.relu(layer(x))
+            return self.fc(x)
 
     class LeNet(nn.Module):
         def __init__(self):
@@ -124,12 +136,16 @@ def paddle_model(name: str, **model_kwargs):
         raise RuntimeError("paddle_model builds dygraph layers: call paddle.disable_static() first")
 
     class MnistMLP(nn.Layer):
-        def __init__(self):
+        def __init__(self, hidden=(600,)):
             super().__init__()
-            self.fc1, self.fc2 = nn.Linear(784, 600), nn.Linear(600, 10)
+            widths = [784, *hidden]
+            self.hidden = nn.LayerList([nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
+            self.fc = nn.Linear(widths[-1], 10)
 
         def forward(self, x):
-            return self.fc2(F.relu(self.fc1(x)))
+            for layer in self.hidden:
+                x = F.relu(layer(x))
+            return self.fc(x)
 
     class LeNet(nn.Layer):
         def __init__(self):

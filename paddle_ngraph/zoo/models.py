@@ -61,11 +61,14 @@ def _classification_loss(logits, y):
     return paddle.mean(F.cross_entropy(logits, y))
 
 
-def mnist_mlp():
-    """dist_mnist_mlp of the nGraph documentation: 784-600-10, ReLU, softmax cross-entropy."""
+def mnist_mlp(hidden=(600,)):
+    """dist_mnist_mlp of the nGraph documentation: 784-600-10, ReLU, softmax cross-entropy;
+    ``hidden`` sets the hidden layers (784-1024-1024-10 is ``hidden=(1024, 1024)``)."""
     feeds, (x, y) = _data("mnist_mlp")
-    hidden = F.relu(paddle.nn.Linear(784, 600)(x))
-    logits = paddle.nn.Linear(600, 10)(hidden)
+    h, width = x, 784
+    for size in hidden:
+        h, width = F.relu(paddle.nn.Linear(width, size)(h)), size
+    logits = paddle.nn.Linear(width, 10)(h)
     return feeds, _classification_loss(logits, y)
 
 

@@ -111,6 +111,49 @@ def test_bench_scaling_pairs_each_n_rank_run_with_its_one_rank_reference_in_ever
     assert "| mnist_mlp | ngraph-ccl | 2 |" in (tmp_path / "scaling.md").read_text()
 
 
+def test_bench_precision_pairs_fp32_and_bf16_of_each_system_in_every_round(tmp_path):
+    out = tmp_path / "precision.json"
+    systems = "ngraph-cpu,paddle" + (",torch-ddp" if _has_torch() else "")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--precision", "fp32,bf16", "--smoke",
+                           "--models", "mnist_mlp_wide", "--systems", systems, "--rounds", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["system"]: r for r in report["precision"]["rows"]}
+    for system in systems.split(","):
+        if system == "paddle":
+            continue
+        row = rows[system]
+        assert row["status"] == "ok" and row["rounds_ok"] == 2 and row["ranks"] == 1, row
+        low, high = row["speedup_spread"]
+        assert 0 < low <= row["speedup"] <= high
+        for precision in ("fp32", "bf16"):  # each precision of each system ran once per round
+            assert proc.stderr.count(f"mnist_mlp_wide {system} 1 rank(s) {precision}...") == 2
+    # The engine says what it did with bf16: kernels, or why it ran float32 (this CPU's flags).
+    from paddle_ngraph.backends.cpu.precision import float32_reason
+
+    assert rows["ngraph-cpu"]["note"] == (float32_reason() or "bf16 kernels")
+    assert rows["paddle"]["status"] == "not run" and "AVX512" in rows["paddle"]["reason"]
+    assert "| mnist_mlp_wide | ngraph-cpu | 1 |" in (tmp_path / "precision.md").read_text()
+
+
+def test_bench_precision_refuses_what_it_cannot_compare():
+    for argv, message in ((["--precision", "bf16"], "fp32 or fp32,bf16"),
+                          (["--precision", "fp32,bf16", "--scaling"], "separate modes"),
+                          (["--models", "vgg"], "unknown model 'vgg'")):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), *argv],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr[-500:])
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def test_bench_threads_compares_the_default_with_one_thread():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_threads.py"), "--models", "mnist_mlp",
                            "--rounds", "1", "--steps", "2", "--warmup", "1", "--batch", "8"],

@@ -22,6 +22,8 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_models  # noqa: E402
 
 MODEL_KWARGS = {"transformer_layer": {"dropout": 0.0}}
+# Every zoo model, and the benchmark's variants of them (other sizes of the same builder).
+CASES = {name: (name, MODEL_KWARGS.get(name, {})) for name in MODELS} | dict(bench_models.VARIANTS)
 
 
 @pytest.fixture
@@ -35,12 +37,12 @@ def dygraph():
             paddle.enable_static()
 
 
-def static_program(name, batch: dict) -> tuple[list, float, np.ndarray]:
+def static_program(name, batch: dict, kwargs: dict) -> tuple[list, float, np.ndarray]:
     """([(name, value, trainable)] of the program's parameters in creation order, loss and logits on ``batch``)."""
     paddle.enable_static()
     try:
         with paddle.pir_utils.OldIrGuard():  # Program.all_parameters() is legacy-IR only
-            main, startup, _, loss = build_program(name, "sgd", **MODEL_KWARGS.get(name, {}))
+            main, startup, _, loss = build_program(name, "sgd", **kwargs)
             scope, exe = paddle.static.Scope(), paddle.static.Executor(paddle.CPUPlace())
             with paddle.static.scope_guard(scope):
                 exe.run(startup)
@@ -58,17 +60,18 @@ def sizes(shapes) -> list[int]:
     return sorted(int(np.prod(s)) for s in shapes)
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_parameter_counts_match_the_static_program(name, dygraph):
-    params, *_ = static_program(name, make_batch(name, 2))
+@pytest.mark.parametrize("case", list(CASES))
+def test_parameter_counts_match_the_static_program(case, dygraph):
+    name, kwargs = CASES[case]
+    params, *_ = static_program(name, make_batch(name, 2), kwargs)
     # Trainable parameters, and batch-norm running mean/variance (not trainable in Paddle, buffers in torch).
     static = (sizes(v.shape for _, v, trainable in params if trainable),
               sizes(v.shape for _, v, trainable in params if not trainable))
-    pm = bench_models.paddle_model(name, **MODEL_KWARGS.get(name, {}))
+    pm = bench_models.paddle_model(name, **kwargs)
     ours = {"paddle": (sizes(p.shape for p in pm.parameters() if not p.stop_gradient),
                        sizes(p.shape for p in pm.parameters() if p.stop_gradient))}
     if torch is not None:
-        tm = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))
+        tm = bench_models.torch_model(name, **kwargs)
         ours["torch"] = (sizes(p.shape for p in tm.parameters() if p.requires_grad),
                          sizes(b.shape for b in tm.buffers() if b.is_floating_point()))  # not num_batches_tracked
     for framework, (trainable, stats) in ours.items():
@@ -76,12 +79,13 @@ def test_parameter_counts_match_the_static_program(name, dygraph):
         assert trainable == static[0] and stats == static[1], framework
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_the_static_weights_give_the_static_logits(name, dygraph):
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_static_weights_give_the_static_logits(case, dygraph):
+    name, kwargs = CASES[case]
     batch = make_batch(name, 4, np.random.default_rng(1))
-    params, static_loss, static_logits = static_program(name, batch)
+    params, static_loss, static_logits = static_program(name, batch, kwargs)
 
-    pm = bench_models.paddle_model(name, **MODEL_KWARGS.get(name, {}))
+    pm = bench_models.paddle_model(name, **kwargs)
     assert len(pm.state_dict()) == len(params)
     for (key, tensor), (static_name, value, _) in zip(pm.state_dict().items(), params):
         assert tensor.shape == list(value.shape), (key, static_name)
@@ -93,7 +97,7 @@ def test_the_static_weights_give_the_static_logits(name, dygraph):
     if torch is None:
         return
 
-    tm = bench_models.torch_model(name, **MODEL_KWARGS.get(name, {}))
+    tm = bench_models.torch_model(name, **kwargs)
     state = {k: v for k, v in tm.state_dict().items() if not k.endswith("num_batches_tracked")}
     assert len(state) == len(params)
     with torch.no_grad():
