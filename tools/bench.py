@@ -3,6 +3,8 @@
     python tools/bench.py                       # every model, systems and rank counts below
     python tools/bench.py --models mnist_mlp --ranks 1,2 --steps 50 --repeats 3
     python tools/bench.py --smoke               # a few steps of everything, for the tests
+    python tools/bench.py --scaling --ranks 2   # scaling efficiency, 1 against 2 ranks of one thread each
+    python tools/bench.py --precision fp32,bf16 # what bf16 buys, against torch.autocast
 
 Systems (each on the same model, per-rank batch and random data):
   ngraph-cpu       paddle_ngraph, CPU backend (transpile + plain exe.run); 2+ ranks under mpirun (MPI)
