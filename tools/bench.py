@@ -762,20 +762,21 @@ def main(argv=None) -> int:
 
 def write_scaling(report: dict, out: str) -> int:
     limits = report["limits"]
-    lines = [f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
-             f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
-             f"{report['optimizer']}, median step of {report['steps']} steps per job.", ""] + scaling_lines(report["scaling"])
-    stem = os.path.splitext(out)[0]
-    with open(stem + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"\nwritten: {out}, {stem}.md")
-    return 0
+    header = (f"Run {report['date']} on {report['machine']}; sgemm {limits['sgemm_gflops']:.0f} GFLOP/s, memcpy "
+              f"{limits['memcpy_gbs']:.1f} GB/s (measured in the same run); per-rank batch {report['batch']}, "
+              f"{report['optimizer']}, median step of {report['steps']} steps per job.")
+    return write_mode_table(header, scaling_lines(report["scaling"]), out)
 
 
 def write_precision(report: dict, out: str) -> int:
-    lines = [f"Run {report['date']} on {report['machine']}; per-rank batch {report['batch']}, {report['optimizer']}, "
-             f"median step of {report['steps']} steps per job.", ""] + precision_lines(report["precision"])
+    header = (f"Run {report['date']} on {report['machine']}; per-rank batch {report['batch']}, {report['optimizer']}, "
+              f"median step of {report['steps']} steps per job.")
+    return write_mode_table(header, precision_lines(report["precision"]), out)
+
+
+def write_mode_table(header: str, table: list[str], out: str) -> int:
+    """A mode's report (--scaling, --precision) as Markdown next to its JSON ``out``, and on stdout."""
+    lines = [header, ""] + table
     stem = os.path.splitext(out)[0]
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from bench_scaling import paired_rounds
+
 PRECISION_SYSTEMS = ["ngraph-cpu", "torch-ddp"]
 BF16_CAPABLE = {"ngraph-cpu", "ngraph-ccl", "ngraph-interp", "torch-ddp"}
 PRECISIONS = ("fp32", "bf16")
@@ -68,10 +70,9 @@ def run_precision(models, systems, ranks, args, run_once, unsupported) -> dict:
 
 
 def summarize_precision(fp32_runs, bf16_runs) -> dict:
-    pairs = [(f, b) for f, b in zip(fp32_runs, bf16_runs) if f["status"] == "ok" and b["status"] == "ok"]
-    if not pairs:
-        failed = next((r for r in list(fp32_runs) + list(bf16_runs) if r["status"] != "ok"), None)
-        return {"status": "failed", "reason": failed["reason"] if failed else "no run"}
+    pairs, failure = paired_rounds(fp32_runs, bf16_runs)
+    if failure:
+        return failure
     fp32 = [f["ms_per_step"] for f, _ in pairs]
     bf16 = [b["ms_per_step"] for _, b in pairs]
     speedup = [f / b for f, b in zip(fp32, bf16)]

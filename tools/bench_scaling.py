@@ -72,11 +72,20 @@ def run_scaling(models, systems, ranks, args, run_once, unsupported) -> dict:
     return {"rounds": args.rounds, "threads_per_rank": 1, "rows": rows}
 
 
+def paired_rounds(runs, other_runs) -> tuple[list, dict | None]:
+    """The rounds in which both jobs ran, as (run, other) pairs; if there is none, also the report row
+    of the failure (the first job that failed, with its reason)."""
+    pairs = [(r, o) for r, o in zip(runs, other_runs) if r["status"] == "ok" and o["status"] == "ok"]
+    if pairs:
+        return pairs, None
+    failed = next((r for r in list(runs) + list(other_runs) if r["status"] != "ok"), None)
+    return [], {"status": "failed", "reason": failed["reason"] if failed else "no run"}
+
+
 def summarize_scaling(runs, base_runs, n, batch) -> dict:
-    pairs = [(r, b) for r, b in zip(runs, base_runs) if r["status"] == "ok" and b["status"] == "ok"]
-    if not pairs:
-        failed = next((r for r in list(runs) + list(base_runs) if r["status"] != "ok"), None)
-        return {"status": "failed", "reason": failed["reason"] if failed else "no run"}
+    pairs, failure = paired_rounds(runs, base_runs)
+    if failure:
+        return failure
     ms = [r["ms_per_step"] for r, _ in pairs]
     base_ms = [b["ms_per_step"] for _, b in pairs]
     # samples/s: n * batch / ms against batch / base_ms, so efficiency = base_ms / ms per round.
