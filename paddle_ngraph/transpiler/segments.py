@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 
 from ..errors import ConversionError
 from ..frontend import OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
+from ..frontend.converters.shape import XSHAPE_DIMS_ONLY
 from ..frontend.op_table import OP_TABLE
+from ..frontend.program_view import normalize
 
 # The ngraph_engine operator's last output slot (of 16) carries the ordering token; the others,
 # the values a segment gives Paddle.
@@ -190,6 +192,8 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
         inputs, handed_in = [], []
         for op in seg.ops:
             for name in op.input_names():
+                if op.type in XSHAPE_DIMS_ONLY and name in op.inputs.get(normalize("XShape"), ()):
+                    continue  # dims only, read from its declaration; Paddle gives it no data
                 source = producer(name, position[id(op)])
                 owner = segment_of.get(id(source)) if source is not None else None
                 if owner is seg:

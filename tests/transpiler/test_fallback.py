@@ -166,3 +166,39 @@ def test_zoo_model_with_ops_left_to_paddle(name, hidden, monkeypatch):
             if ours:
                 paddle_ngraph.release(main)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-9)
+
+
+@pytest.mark.parametrize("backend_name", ["INTERPRETER", "CPU"])
+def test_shape_grads_whose_forward_ops_paddle_runs(backend_name, monkeypatch):
+    """Legacy reshape2, unsqueeze2 and flatten left to Paddle (hidden from the converter table), their
+    grads on the engine: each grad reads X's dims from Paddle's XShape variable, declared [0] + X's
+    dims (Paddle's AMP leaves the forward ops of bf16 values to Paddle this way). Trains as Paddle."""
+    import paddle
+
+    from paddle_ngraph.frontend.op_table import OP_TABLE
+
+    for op_type in ("reshape2", "unsqueeze2", "flatten_contiguous_range"):
+        monkeypatch.delitem(OP_TABLE, op_type)
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal([8, 12]).astype(np.float32), rng.integers(0, 3, [8, 1])
+    runs = []
+    with ir_guard("legacy"):
+        for ours in (False, True):
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+                h = paddle.static.nn.fc(paddle.static.data("x", [None, 12], "float32"), 16)
+                h = paddle.flatten(paddle.unsqueeze(paddle.reshape(h, [-1, 4, 4]), [1]), 1)  # [N, 16] again
+                logits = paddle.static.nn.fc(h, 3)
+                loss = paddle.nn.functional.cross_entropy(logits, paddle.static.data("y", [None, 1], "int64")).mean()
+                paddle.optimizer.SGD(0.1).minimize(loss)
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                paddle.seed(2)
+                exe.run(startup)
+                if ours:
+                    paddle_ngraph.transpile(main, backend=backend_name)
+                    types = op_types(main)
+                    assert {"reshape2", "unsqueeze2", "flatten_contiguous_range"} <= set(types), types
+                    assert not {"reshape2_grad", "unsqueeze2_grad", "flatten_contiguous_range_grad"} & set(types)
+                runs.append([float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])[0]) for _ in range(STEPS)])
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)

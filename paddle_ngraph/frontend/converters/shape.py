@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Output, ops
+from ...ir.ops.core import Parameter
 from ...ir.types import DType, normalize_axis
 from ..program_view import normalize
 from .helpers import constant, paddle_dtype
@@ -96,8 +97,28 @@ def reshape2(ctx):
 
 def reshape2_grad(ctx):
     """reshape_grad reads X (legacy reshape, PIR); reshape2_grad XShape, which stands for X."""
-    x = ctx.input("X", "x") if ctx.has_input("X", "x") else ctx.input("XShape")
-    ctx.set_output(("X@GRAD", "x_grad"), ops.Reshape(ctx.input("Out@GRAD", "out_grad"), shape=list(x.shape)).output())
+    dims = list(ctx.input("X", "x").shape) if ctx.has_input("X", "x") else x_dims_of_xshape(ctx)
+    ctx.set_output(("X@GRAD", "x_grad"), ops.Reshape(ctx.input("Out@GRAD", "out_grad"), shape=dims).output())
+
+
+# Legacy grad ops whose XShape input only carries X's dims to the converter (x_dims_of_xshape): the
+# transpiler does not hand such a variable to the engine (Paddle leaves it without data).
+XSHAPE_DIMS_ONLY = frozenset({"reshape2_grad", "squeeze2_grad", "unsqueeze2_grad", "flatten_contiguous_range_grad",
+                              "flatten2_grad", "transpose2_grad"})
+
+
+def x_dims_of_xshape(ctx) -> list[int]:
+    """X's dims, from a legacy grad op's XShape input. Where this engine converted the forward op, its
+    converter bound XShape to X itself; where Paddle runs the forward op (left to it, in another segment),
+    XShape is Paddle's own variable, declared with the dims [0] + X's dims (and no data)."""
+    name = ctx.input_name("XShape")
+    bound = ctx.session.env.get(name)
+    if bound is not None and not (isinstance(bound.node, Parameter) and bound.node.name == name):
+        return list(bound.shape)
+    info = ctx.session.view.vars.get(name)
+    if info is None or not info.shape or info.shape[0] != 0:
+        raise ctx.fail(f"XShape '{name}' is neither made by a converted op nor declared as [0] + X's dims")
+    return list(info.shape[1:])
 
 
 # --- transpose --------------------------------------------------------------------------------
