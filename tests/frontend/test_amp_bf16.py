@@ -287,6 +287,20 @@ def test_cpu_backend_leaves_bfloat16_ops_to_paddle(ir):
     assert not plan.fallback and len(plan.segments) == 1
 
 
+@pytest.mark.parametrize("ir,model", [(ir, m) for m in sorted(MODELS) for ir in MODELS[m][3]])
+def test_amp_program_transpiles_for_the_cpu_backend(ir, model):
+    """Every segment of the float32 ops converts when the bfloat16 ones are left to Paddle, the grads of
+    shape ops whose forward op Paddle runs included (their XShape is declared, without data). Whether the
+    result runs is Paddle's business: its bfloat16 kernels need AVX512."""
+    with ir_guard(ir), paddle.static.scope_guard(paddle.static.Scope()):
+        main, startup, _ = _program(ir, model, amp=True)
+        paddle.static.Executor(paddle.CPUPlace()).run(startup)
+        paddle_ngraph.transpile(main, backend="CPU")
+        types = [op.name() if hasattr(op, "name") and ir == "pir" else op.type for op in main.global_block().ops]
+    assert any(t.endswith("ngraph_engine") for t in types), types
+    assert any(t.split(".")[-1] == "cast" for t in types), "the casts to bfloat16 stay with Paddle"
+
+
 def _pure_bf16_losses(model, transpile_to=None):
     """Losses of STEPS steps of the legacy program that ``decorate_bf16(use_pure_bf16=True)`` makes:
     bfloat16 parameters (cast by amp_init), feeds and SGD updates; or of the float32 program from the
