@@ -12,6 +12,24 @@ import fallback_models as fm
 from harness import IRS, assert_trained_close, ir_guard
 
 STEPS, BATCH = 3, 8
+
+
+@pytest.fixture
+def hide_converters():
+    """Makes the engine lack some op types for a test: ``hide_converters(*op_types)`` removes them from the
+    converter table; the whole table is put back after the test, in its order (docs/OPS.md is
+    generated from that order, so monkeypatch.delitem, which re-appends, would reorder it)."""
+    from paddle_ngraph.frontend.op_table import OP_TABLE
+
+    saved = dict(OP_TABLE)
+
+    def hide(*op_types):
+        for op_type in op_types:
+            del OP_TABLE[op_type]
+
+    yield hide
+    OP_TABLE.clear()
+    OP_TABLE.update(saved)
 MATMUL_OPS = {"pd_op.matmul", "matmul_v2", "mul", "pd_op.matmul_grad", "matmul_v2_grad", "mul_grad"}
 
 
@@ -136,17 +154,15 @@ def test_release_frees_the_engines():
     ("squeezenet1_1", ["pd_op.squeeze", "pd_op.squeeze_grad"]),            # the classifier head
     ("mobilenet_v3_small", ["pd_op.hardswish", "pd_op.hardswish_grad"]),   # dozens of segments
 ])
-def test_zoo_model_with_ops_left_to_paddle(name, hidden, monkeypatch):
+def test_zoo_model_with_ops_left_to_paddle(name, hidden, hide_converters):
     """A model whose op types the engine is made to lack (hidden from the converter table) trains
     as Paddle trains it, with those ops in Paddle between engine segments (float64, as the zoo
     tests)."""
     import paddle
 
-    from paddle_ngraph.frontend.op_table import OP_TABLE
     from paddle_ngraph.zoo import vision
 
-    for op_type in hidden:
-        monkeypatch.delitem(OP_TABLE, op_type)
+    hide_converters(*hidden)
     results = []
     with ir_guard("pir"):
         for ours in (False, True):
@@ -169,16 +185,13 @@ def test_zoo_model_with_ops_left_to_paddle(name, hidden, monkeypatch):
 
 
 @pytest.mark.parametrize("backend_name", ["INTERPRETER", "CPU"])
-def test_shape_grads_whose_forward_ops_paddle_runs(backend_name, monkeypatch):
+def test_shape_grads_whose_forward_ops_paddle_runs(backend_name, hide_converters):
     """Legacy reshape2, unsqueeze2 and flatten left to Paddle (hidden from the converter table), their
     grads on the engine: each grad reads X's dims from Paddle's XShape variable, declared [0] + X's
     dims (Paddle's AMP leaves the forward ops of bf16 values to Paddle this way). Trains as Paddle."""
     import paddle
 
-    from paddle_ngraph.frontend.op_table import OP_TABLE
-
-    for op_type in ("reshape2", "unsqueeze2", "flatten_contiguous_range"):
-        monkeypatch.delitem(OP_TABLE, op_type)
+    hide_converters("reshape2", "unsqueeze2", "flatten_contiguous_range")
     rng = np.random.default_rng(4)
     x, y = rng.standard_normal([8, 12]).astype(np.float32), rng.integers(0, 3, [8, 1])
     runs = []

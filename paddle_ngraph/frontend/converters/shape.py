@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Output, ops
-from ...ir.ops.core import Parameter
 from ...ir.types import DType, normalize_axis
 from ..program_view import normalize
 from .helpers import constant, paddle_dtype
@@ -113,7 +112,7 @@ def x_dims_of_xshape(ctx) -> list[int]:
     XShape is Paddle's own variable, declared with the dims [0] + X's dims (and no data)."""
     name = ctx.input_name("XShape")
     bound = ctx.session.env.get(name)
-    if bound is not None and not (isinstance(bound.node, Parameter) and bound.node.name == name):
+    if bound is not None and not (bound.node.op_type == "Parameter" and bound.node.name == name):
         return list(bound.shape)
     info = ctx.session.view.vars.get(name)
     if info is None or not info.shape or info.shape[0] != 0:
