@@ -23,7 +23,7 @@ layers and parameter counts, tested in tests/tools/test_bench_models.py).
 With --precision fp32,bf16 (tools/bench_precision.py) each model runs in float32 and in bf16 in interleaved
 rounds, on ngraph-cpu (precision: bf16) and torch-ddp (torch.autocast bf16) by default, models
 mnist_mlp_wide (784-1024-1024-10), resnet_small and transformer_layer, one rank; the report gives the
-speed-up of bf16 per system and what the engine did with it (its bf16 kernels, or why float32).
+speed-up of bf16 per system and what the engine did with it (bf16 as marked, or why float32).
 
 With --accumulate-steps 1,2,4 the ngraph systems also run with gradient accumulation: a step is then
 k exe.run calls of the per-rank batch (k micro-batches, one AllReduce and update), its samples k
@@ -138,10 +138,9 @@ def worker(args) -> dict:
             repeats.append(repeat)
         state_mb = optimizer_state_bytes(scope, engine) / 2**20
     result = {"rank": rank, "repeats": repeats, "peak_rss_mb": peak_rss_mb(), "optimizer_state_mb": state_mb}
-    if engine is not None and args.precision == "bf16" and backend == "CPU":
-        from paddle_ngraph.backends.cpu.precision import float32_reason
-
-        result["precision_note"] = float32_reason() or "bf16 kernels"
+    if engine is not None and args.precision == "bf16":
+        # What the engine did with the marks: the CPU backend's reason for float32, if it ran float32.
+        result["precision_note"] = getattr(engine.executable, "float32_instead", None) or "bf16 as marked"
     peak = engine.executable.peak_bytes if engine is not None else None
     if peak is not None:
         result["arena_mb"] = peak / 2**20
@@ -691,11 +690,12 @@ def main(argv=None) -> int:
             parser.error(f"unknown system '{s}'; valid: {', '.join(SYSTEMS)}")
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    if args.scaling:
+    if args.scaling or precision_mode:
         if args.rounds < 1:
             parser.error("--rounds: at least 1")
         # One timed repeat per job: the rounds are the repeats.
         args.repeats = 1
+    if args.scaling:
         limits = measure_limits()
         report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
                   "steps": args.steps, "optimizer": args.optimizer, "limits": limits,
@@ -705,9 +705,6 @@ def main(argv=None) -> int:
         return write_scaling(report, args.out)
 
     if precision_mode:
-        if args.rounds < 1:
-            parser.error("--rounds: at least 1")
-        args.repeats = 1  # the rounds are the repeats
         report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
                   "steps": args.steps, "optimizer": args.optimizer,
                   "precision": run_precision(models, systems, ranks, args, run_once, unsupported)}

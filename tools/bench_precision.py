@@ -15,12 +15,9 @@ What bf16 means per system:
 Paddle's own executor and paddle.DataParallel are not run in bf16: Paddle 3.3.1's bf16 matmul and conv2d are
 oneDNN kernels that need AVX512 (../shared/notes/platform.md), and its plain CPU kernels have none.
 """
-import sys
-import time
-
 import numpy as np
 
-from bench_scaling import paired_rounds
+from bench_scaling import interleaved_rounds, paired_rounds
 
 PRECISION_SYSTEMS = ["ngraph-cpu", "torch-ddp"]
 BF16_CAPABLE = {"ngraph-cpu", "ngraph-ccl", "ngraph-interp", "torch-ddp"}
@@ -41,20 +38,9 @@ def run_precision(models, systems, ranks, args, run_once, unsupported) -> dict:
                     skipped[(model, system, n)] = reason
                 else:
                     configs.append((model, system, n))
-    runs = {(config, p): [] for config in configs for p in PRECISIONS}
     jobs = [(config, p) for config in configs for p in PRECISIONS]
-    for round_index in range(args.rounds):
-        for done, ((model, system, n), precision) in enumerate(jobs, start=1):
-            print(f"[round {round_index + 1}/{args.rounds}, {done}/{len(jobs)}] {model} {system} {n} rank(s) "
-                  f"{precision}...", end=" ", file=sys.stderr, flush=True)
-            started = time.monotonic()
-            result = run_once(system, model, n, args, precision=precision)
-            if result["status"] == "ok":
-                print(f"{result['ms_per_step']:.2f} ms/step ({time.monotonic() - started:.0f} s)", file=sys.stderr,
-                      flush=True)
-            else:
-                print(f"{result['status']}: {result['reason'][-200:]}", file=sys.stderr, flush=True)
-            runs[((model, system, n), precision)].append(result)
+    runs = interleaved_rounds(jobs, args.rounds, lambda job: f"{job[0][0]} {job[0][1]} {job[0][2]} rank(s) {job[1]}",
+                              lambda job: run_once(job[0][1], job[0][0], job[0][2], args, precision=job[1]))
     rows = []
     for model in models:
         for system in systems:

@@ -44,19 +44,8 @@ def run_scaling(models, systems, ranks, args, run_once, unsupported) -> dict:
         if reason:
             skipped[(model, system, n)] = reason
             configs.remove((model, system, n))
-    runs = {config: [] for config in configs}
-    for round_index in range(args.rounds):
-        for done, (model, system, n) in enumerate(configs, start=1):
-            print(f"[round {round_index + 1}/{args.rounds}, {done}/{len(configs)}] {model} {system} {n} rank(s)...",
-                  end=" ", file=sys.stderr, flush=True)
-            started = time.monotonic()
-            result = run_once(system, model, n, args, threads=1)
-            if result["status"] == "ok":
-                print(f"{result['ms_per_step']:.2f} ms/step ({time.monotonic() - started:.0f} s)", file=sys.stderr,
-                      flush=True)
-            else:
-                print(f"{result['status']}: {result['reason'][-200:]}", file=sys.stderr, flush=True)
-            runs[(model, system, n)].append(result)
+    runs = interleaved_rounds(configs, args.rounds, lambda c: f"{c[0]} {c[1]} {c[2]} rank(s)",
+                              lambda c: run_once(c[1], c[0], c[2], args, threads=1))
     rows = []
     for model in models:
         for system in systems:
@@ -70,6 +59,25 @@ def run_scaling(models, systems, ranks, args, run_once, unsupported) -> dict:
                 row.update(summarize_scaling(runs[key], runs[base_key], n, args.batch))
                 rows.append(row)
     return {"rounds": args.rounds, "threads_per_rank": 1, "rows": rows}
+
+
+def interleaved_rounds(jobs, rounds: int, label, run) -> dict:
+    """Runs every job once per round, ``rounds`` times, printing progress on stderr (``label(job)``, then
+    the outcome); returns job -> its results, one per round. Shared by the scaling and precision modes."""
+    results = {job: [] for job in jobs}
+    for round_index in range(rounds):
+        for done, job in enumerate(jobs, start=1):
+            print(f"[round {round_index + 1}/{rounds}, {done}/{len(jobs)}] {label(job)}...", end=" ", file=sys.stderr,
+                  flush=True)
+            started = time.monotonic()
+            result = run(job)
+            if result["status"] == "ok":
+                print(f"{result['ms_per_step']:.2f} ms/step ({time.monotonic() - started:.0f} s)", file=sys.stderr,
+                      flush=True)
+            else:
+                print(f"{result['status']}: {result['reason'][-200:]}", file=sys.stderr, flush=True)
+            results[job].append(result)
+    return results
 
 
 def paired_rounds(runs, other_runs) -> tuple[list, dict | None]:
