@@ -95,8 +95,12 @@ std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inp
   // PADDLE_THROW (not PD_CHECK): the PIR executor keeps the message of an EnforceNotMet,
   // and reports any other exception as a bare "std::exception".
   if (rc != 0) PADDLE_THROW(common::errors::External("ngraph_engine %lld: %s", static_cast<long long>(engine_id), error));
+  // Unused slots all get one empty tensor, made once: no allocation per slot and step. Never
+  // freed: at exit Paddle's allocators may be gone before this library's statics.
+  static const paddle::Tensor* placeholder =
+      new paddle::Tensor(paddle::empty({0}, paddle::DataType::FLOAT32, paddle::CPUPlace()));
   for (auto& t : alloc.outputs) {
-    if (!t.initialized()) t = paddle::empty({0}, paddle::DataType::FLOAT32, paddle::CPUPlace());
+    if (!t.initialized()) t = *placeholder;
   }
   return alloc.outputs;
 }

@@ -10,6 +10,15 @@ cheap reductions; the engine computes them as well.
 
 The operator's last output slot is the segment's ordering token: the next segment
 takes it as an input it ignores (see ``segments.py``).
+
+Paddle's executor frees a non-persistable result after its last reader through its garbage
+collector, which on CPU is a thread woken per freed tensor that then spins for more work. The
+slots a segment does not use would be 15 such frees a step; with two ranks on two cores that
+spinning takes the core of the other rank's step (docs/PERFORMANCE.md, "Paddle's garbage
+collector"). So in PIR the unused slots (and an unread token) are persistable, which the
+executor never frees; in a legacy program they share one variable, one free a step (persistable
+variables there would enter paddle.static.save's files, and plain programs' checkpoints would
+no longer load into transpiled ones).
 """
 from __future__ import annotations
 
@@ -42,11 +51,17 @@ def rewrite_legacy(view, plan: Plan, engines: list):
         for slot, name in enumerate(names):
             outputs[f"Out{slot}"] = [block.var(name)]
         token_name = f"ngraph_engine_{engine.id}.token"
+        # The slots it does not use share one variable: one free for Paddle's garbage collector.
+        unused = None
         for slot in range(engine_op.max_outputs()):
             if f"Out{slot}" in outputs:
                 continue
-            name = token_name if slot == TOKEN_SLOT else f"ngraph_engine_{engine.id}.unused_{slot}"
-            outputs[f"Out{slot}"] = [block.create_var(name=name, dtype="float32", shape=[0])]
+            if slot == TOKEN_SLOT:
+                outputs[f"Out{slot}"] = [block.create_var(name=token_name, dtype="float32", shape=[0])]
+                continue
+            if unused is None:
+                unused = block.create_var(name=f"ngraph_engine_{engine.id}.unused", dtype="float32", shape=[0])
+            outputs[f"Out{slot}"] = [unused]
         order = ([token] if token is not None else []) + list(seg.after)
         inputs = [block.var(n) for n in engine.input_names] + [block.var(n) for n in order]
         placements.append((seg.first.native, dict(type="ngraph_engine", inputs={"X@VECTOR": inputs},
@@ -94,6 +109,8 @@ def rewrite_pir(view, plan: Plan, engines: list):
             outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)
             paddle.pir.reset_insertion_point_to_end()
         engine_op_id = outs[0].get_defining_op().id()
+        for slot, out in enumerate(outs):  # every slot: a partial array would hold nulls op.attrs() rejects
+            out.persistable = slot >= len(seg.outputs)
         for slot, name in enumerate(seg.outputs):
             if seg.before_op is not None:  # collective-only: just the update it serves
                 target = seg.before_op.native.id()
