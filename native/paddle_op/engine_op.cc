@@ -8,8 +8,12 @@
 // by the ops left to Paddle ("anchors", e.g. the final mean of the loss) are outputs.
 //
 // Paddle custom operators cannot have a variable number of outputs without an
-// in-place map, so the op has kMaxOutputs fixed output slots; unused ones are
-// empty tensors.
+// in-place map, so the op comes in two sizes: `ngraph_engine` with kMaxOutputs
+// output slots and `ngraph_engine_one` with one, for the common segment that gives
+// Paddle one value (the loss; it doubles as the ordering token). Unused slots hold
+// one shared empty tensor. Why the small one: Paddle's executor frees every unused
+// result through its garbage collector thread, one wake-up each
+// (paddle_ngraph/transpiler/rewrite.py).
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -23,6 +27,7 @@
 namespace {
 
 constexpr int kMaxOutputs = 16;
+constexpr int kOneValueOutputs = 1;
 
 typedef void* (*pdng_alloc_fn)(void* ctx, int index, int dtype, int ndim, const int64_t* shape);
 typedef int (*pdng_run_fn)(int64_t engine_id, int n, void* const* ptrs, const int* dtypes, const int* ndims,
@@ -44,7 +49,7 @@ struct Allocation {
 
 void* allocate_output(void* ctx, int index, int dtype, int ndim, const int64_t* shape) {
   auto* alloc = static_cast<Allocation*>(ctx);
-  if (index < 0 || index >= kMaxOutputs) return nullptr;
+  if (index < 0 || index >= static_cast<int>(alloc->outputs.size())) return nullptr;
   std::vector<int64_t> dims(shape, shape + ndim);
   auto tensor = paddle::empty(dims, static_cast<paddle::DataType>(dtype), paddle::CPUPlace());
   alloc->outputs[index] = tensor;
@@ -73,7 +78,7 @@ void pdng_set_output_meta(int64_t engine_id, int n, const int* dtypes, const int
 int pdng_max_outputs() { return kMaxOutputs; }
 }
 
-std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inputs, int64_t engine_id) {
+std::vector<paddle::Tensor> RunEngine(const std::vector<paddle::Tensor>& inputs, int64_t engine_id, int slots) {
   PD_CHECK(g_run != nullptr, "ngraph_engine: paddle_ngraph is not imported in this process");
   const int n = static_cast<int>(inputs.size());
   std::vector<void*> ptrs(n);
@@ -88,7 +93,7 @@ std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inp
     shapes.insert(shapes.end(), dims.begin(), dims.end());
   }
   Allocation alloc;
-  alloc.outputs.resize(kMaxOutputs);
+  alloc.outputs.resize(slots);
   char error[4096] = {0};
   int rc = g_run(engine_id, n, ptrs.data(), dtypes.data(), ndims.data(), shapes.data(), &alloc, allocate_output,
                  error, sizeof(error) - 1);
@@ -105,22 +110,36 @@ std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inp
   return alloc.outputs;
 }
 
-std::vector<std::vector<int64_t>> EngineInferShape(const std::vector<std::vector<int64_t>>&, int64_t engine_id) {
-  std::vector<std::vector<int64_t>> shapes(kMaxOutputs, std::vector<int64_t>{0});
+std::vector<std::vector<int64_t>> InferShape(int64_t engine_id, int slots) {
+  std::vector<std::vector<int64_t>> shapes(slots, std::vector<int64_t>{0});
   std::lock_guard<std::mutex> lock(g_meta_mutex);
   auto it = g_meta.find(engine_id);
   if (it != g_meta.end())
-    for (size_t i = 0; i < it->second.shapes.size(); ++i) shapes[i] = it->second.shapes[i];
+    for (size_t i = 0; i < it->second.shapes.size() && i < shapes.size(); ++i) shapes[i] = it->second.shapes[i];
   return shapes;
 }
 
-std::vector<paddle::DataType> EngineInferDtype(const std::vector<paddle::DataType>&, int64_t engine_id) {
-  std::vector<paddle::DataType> dtypes(kMaxOutputs, paddle::DataType::FLOAT32);
+std::vector<paddle::DataType> InferDtype(int64_t engine_id, int slots) {
+  std::vector<paddle::DataType> dtypes(slots, paddle::DataType::FLOAT32);
   std::lock_guard<std::mutex> lock(g_meta_mutex);
   auto it = g_meta.find(engine_id);
   if (it != g_meta.end())
-    for (size_t i = 0; i < it->second.dtypes.size(); ++i) dtypes[i] = it->second.dtypes[i];
+    for (size_t i = 0; i < it->second.dtypes.size() && i < dtypes.size(); ++i) dtypes[i] = it->second.dtypes[i];
   return dtypes;
+}
+
+// PD_KERNEL and friends take plain functions: one set per size.
+template <int kSlots>
+std::vector<paddle::Tensor> EngineForward(const std::vector<paddle::Tensor>& inputs, int64_t engine_id) {
+  return RunEngine(inputs, engine_id, kSlots);
+}
+template <int kSlots>
+std::vector<std::vector<int64_t>> EngineInferShape(const std::vector<std::vector<int64_t>>&, int64_t engine_id) {
+  return InferShape(engine_id, kSlots);
+}
+template <int kSlots>
+std::vector<paddle::DataType> EngineInferDtype(const std::vector<paddle::DataType>&, int64_t engine_id) {
+  return InferDtype(engine_id, kSlots);
 }
 
 PD_BUILD_OP(ngraph_engine)
@@ -128,6 +147,14 @@ PD_BUILD_OP(ngraph_engine)
     .Outputs({"Out0", "Out1", "Out2", "Out3", "Out4", "Out5", "Out6", "Out7", "Out8", "Out9", "Out10", "Out11",
               "Out12", "Out13", "Out14", "Out15"})
     .Attrs({"engine_id: int64_t"})
-    .SetKernelFn(PD_KERNEL(EngineForward))
-    .SetInferShapeFn(PD_INFER_SHAPE(EngineInferShape))
-    .SetInferDtypeFn(PD_INFER_DTYPE(EngineInferDtype));
+    .SetKernelFn(PD_KERNEL(EngineForward<kMaxOutputs>))
+    .SetInferShapeFn(PD_INFER_SHAPE(EngineInferShape<kMaxOutputs>))
+    .SetInferDtypeFn(PD_INFER_DTYPE(EngineInferDtype<kMaxOutputs>));
+
+PD_BUILD_OP(ngraph_engine_one)
+    .Inputs({paddle::Vec("X")})
+    .Outputs({"Out0"})
+    .Attrs({"engine_id: int64_t"})
+    .SetKernelFn(PD_KERNEL(EngineForward<kOneValueOutputs>))
+    .SetInferShapeFn(PD_INFER_SHAPE(EngineInferShape<kOneValueOutputs>))
+    .SetInferDtypeFn(PD_INFER_DTYPE(EngineInferDtype<kOneValueOutputs>));

@@ -26,6 +26,7 @@ from ..passes.recompute import Recompute
 from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
+from .engine_op import is_engine_op
 from .gradients import raw_gradients
 from .rewrite import rewrite_legacy, rewrite_pir
 from .segments import plan_segments, refused_by_converters
@@ -353,9 +354,9 @@ def release(program) -> int:
     programs: an engine otherwise lives as long as the process."""
     if hasattr(program, "global_block") and hasattr(program.global_block().ops[0], "name") \
             and callable(program.global_block().ops[0].name):
-        ids = [op.attrs()["engine_id"] for op in program.global_block().ops if op.name().endswith("ngraph_engine")]
+        ids = [op.attrs()["engine_id"] for op in program.global_block().ops if is_engine_op(op.name())]
     else:
-        ids = [op.attr("engine_id") for op in program.global_block().ops if op.type == "ngraph_engine"]
+        ids = [op.attr("engine_id") for op in program.global_block().ops if is_engine_op(op.type)]
     for engine_id in ids:
         _bridge.unregister_engine(int(engine_id))
     originals.forget(program)

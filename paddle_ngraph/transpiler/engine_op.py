@@ -38,8 +38,28 @@ def library() -> ctypes.CDLL:
     return lib
 
 
+# The operator's sizes (native/paddle_op/engine_op.cc) and their output slots. A segment takes the
+# smallest that holds its values: Paddle's executor frees every unused slot through its garbage
+# collector thread, a wake-up each (rewrite.py). The ordering token is the last slot of the large
+# size; in the one-slot size, the slot's value (if any) doubles as the token.
+OP_SLOTS = {"ngraph_engine_one": 1, "ngraph_engine": 16}
+MAX_VALUES = OP_SLOTS["ngraph_engine"] - 1
+
+
 def max_outputs() -> int:
     return library().pdng_max_outputs()
+
+
+def op_for(values: int) -> tuple[str, int]:
+    """(operator type, token slot) of the smallest size with room for ``values``."""
+    if values <= 1:
+        return "ngraph_engine_one", 0
+    return "ngraph_engine", OP_SLOTS["ngraph_engine"] - 1
+
+
+def is_engine_op(op_type: str) -> bool:
+    """Whether a Paddle op type (legacy) or name (PIR: ``custom_op.<type>``) is one of the operator's sizes."""
+    return op_type.rpartition(".")[2] in OP_SLOTS
 
 
 def set_output_meta(engine_id: int, dtype_codes: list[int], shapes: list[tuple]):

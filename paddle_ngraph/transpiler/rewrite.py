@@ -8,23 +8,23 @@ the values a user holds for fetching belong to the ops that define them, so thos
 ops must survive for ``exe.run(fetch_list=[loss])`` to keep working. Anchors are
 cheap reductions; the engine computes them as well.
 
-The operator's last output slot is the segment's ordering token: the next segment
-takes it as an input it ignores (see ``segments.py``).
+Each segment's op has an ordering token: the next segment takes it as an input it ignores
+(see ``segments.py``). It is the large size's last slot, or the one-slot size's value.
 
-Paddle's executor frees a non-persistable result after its last reader through its garbage
-collector, which on CPU is a thread woken per freed tensor that then spins for more work. The
-slots a segment does not use would be 15 such frees a step; with two ranks on two cores that
-spinning takes the core of the other rank's step (docs/PERFORMANCE.md, "Paddle's garbage
-collector"). So in PIR the unused slots (and an unread token) are persistable, which the
-executor never frees; in a legacy program they share one variable, one free a step (persistable
-variables there would enter paddle.static.save's files, and plain programs' checkpoints would
-no longer load into transpiled ones).
+Paddle's executor frees every result after its last reader through its garbage collector,
+which on CPU is a thread woken per freed tensor that then spins for more work. With two ranks
+on two cores that spinning takes the core of the other rank's step (docs/PERFORMANCE.md,
+"Paddle's garbage collector"), so a segment gets the smallest size of the operator that holds
+its values (``engine_op.op_for``: one slot for the usual one value, the loss), and in a legacy
+program the slots it leaves unused share one variable, freed once. (Persistable placeholders,
+never freed, would enter paddle.static.save's files in legacy programs, and in PIR they would be
+persistable values without a name, on which ``program.list_vars()`` users fail.)
 """
 from __future__ import annotations
 
 from ..errors import ConversionError
 from . import engine_op
-from .segments import TOKEN_SLOT, Plan
+from .segments import Plan
 
 _KEPT_PIR_OPS = {"pd_op.data", "builtin.parameter"}
 
@@ -50,21 +50,22 @@ def rewrite_legacy(view, plan: Plan, engines: list):
             names = [averaged]
         for slot, name in enumerate(names):
             outputs[f"Out{slot}"] = [block.var(name)]
-        token_name = f"ngraph_engine_{engine.id}.token"
+        op_type, token_slot = engine_op.op_for(len(names))
+        if f"Out{token_slot}" in outputs:  # the one-slot size: its value orders the next segment
+            token_name = outputs[f"Out{token_slot}"][0].name
+        else:
+            token_name = f"ngraph_engine_{engine.id}.token"
+            outputs[f"Out{token_slot}"] = [block.create_var(name=token_name, dtype="float32", shape=[0])]
         # The slots it does not use share one variable: one free for Paddle's garbage collector.
         unused = None
-        for slot in range(engine_op.max_outputs()):
-            if f"Out{slot}" in outputs:
-                continue
-            if slot == TOKEN_SLOT:
-                outputs[f"Out{slot}"] = [block.create_var(name=token_name, dtype="float32", shape=[0])]
-                continue
-            if unused is None:
-                unused = block.create_var(name=f"ngraph_engine_{engine.id}.unused", dtype="float32", shape=[0])
-            outputs[f"Out{slot}"] = [unused]
+        for slot in range(engine_op.OP_SLOTS[op_type]):
+            if f"Out{slot}" not in outputs:
+                if unused is None:
+                    unused = block.create_var(name=f"ngraph_engine_{engine.id}.unused", dtype="float32", shape=[0])
+                outputs[f"Out{slot}"] = [unused]
         order = ([token] if token is not None else []) + list(seg.after)
         inputs = [block.var(n) for n in engine.input_names] + [block.var(n) for n in order]
-        placements.append((seg.first.native, dict(type="ngraph_engine", inputs={"X@VECTOR": inputs},
+        placements.append((seg.first.native, dict(type=op_type, inputs={"X@VECTOR": inputs},
                                                   outputs=outputs, attrs={"engine_id": engine.id})))
         token = token_name
     for anchor_op, spec in reversed(placements):
@@ -106,11 +107,10 @@ def rewrite_pir(view, plan: Plan, engines: list):
         inputs = [view.values[n] for n in engine.input_names] + order
         with paddle.static.program_guard(program):
             paddle.pir.set_insertion_point(seg.first.native)
-            outs = _C_ops._run_custom_op("ngraph_engine", inputs, engine.id)
+            op_type, token_slot = engine_op.op_for(len(seg.outputs))
+            outs = _C_ops._run_custom_op(op_type, inputs, engine.id)
             paddle.pir.reset_insertion_point_to_end()
         engine_op_id = outs[0].get_defining_op().id()
-        for slot, out in enumerate(outs):  # every slot: a partial array would hold nulls op.attrs() rejects
-            out.persistable = slot >= len(seg.outputs)
         for slot, name in enumerate(seg.outputs):
             if seg.before_op is not None:  # collective-only: just the update it serves
                 target = seg.before_op.native.id()
@@ -118,7 +118,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
             else:
                 accept = lambda user: user.id() not in removed_ids and user.id() != engine_op_id  # noqa: E731
             _replace_uses(view.values[name], outs[slot], accept)
-        token = outs[TOKEN_SLOT]
+        token = outs[token_slot]
     # Check before removing anything: a half-removed PIR program aborts the process when freed.
     for op in removed:
         for value in op.results():

@@ -36,10 +36,8 @@ from ..frontend import OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
 from ..frontend.converters.shape import XSHAPE_DIMS_ONLY
 from ..frontend.op_table import OP_TABLE
 from ..frontend.program_view import normalize
+from .engine_op import MAX_VALUES  # values a segment can give Paddle: the operator's large size, less its token
 
-# The ngraph_engine operator's last output slot (of 16) carries the ordering token; the others,
-# the values a segment gives Paddle.
-TOKEN_SLOT = 15
 # Source ops: declarations of feeds and parameters, which stay where they are (moved first in PIR).
 SOURCE_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter"}
 
@@ -258,10 +256,10 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start
     for seg in segments:
-        if len(seg.outputs) > TOKEN_SLOT:
+        if len(seg.outputs) > MAX_VALUES:
             raise ConversionError(
                 f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
-                f"{TOKEN_SLOT} output slots for them")
+                f"{MAX_VALUES} output slots for them")
     return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
 

@@ -4,6 +4,7 @@ import paddle
 import pytest
 
 import paddle_ngraph
+from paddle_ngraph.transpiler.engine_op import is_engine_op
 from paddle_ngraph.zoo import build_program, digits_as_mnist, shard
 
 from harness import IRS, assert_trained_close, ir_guard
@@ -64,7 +65,7 @@ def test_program_shows_what_runs_where(ir):
     assert "ngraph_engine" in text
     # What stays in Paddle: declarations, the engine, and the final mean of the loss (the anchor).
     left = [t for t in op_types if t not in ("pd_op.data", "builtin.parameter", "builtin.combine")]
-    assert left[0] in ("ngraph_engine", "custom_op.ngraph_engine")
+    assert is_engine_op(left[0]), left
     assert sorted(set(left[1:])) in (["reduce_mean"], ["pd_op.full_int_array", "pd_op.mean"]), left
 
 
@@ -121,25 +122,51 @@ def test_checkpoints_move_between_plain_and_transpiled_programs(ir, tmp_path):
 
 @pytest.mark.parametrize("ir", IRS)
 def test_unused_engine_outputs_give_the_garbage_collector_nothing_per_slot(ir):
-    """Paddle's executor frees each non-persistable result after its last reader on a garbage
-    collector thread it wakes per free: the engine op's unused slots must not make 15 such frees a
-    step. PIR: they are persistable (one value each); legacy: they share one variable."""
+    """Paddle's executor frees each result after its last reader on a garbage collector thread it
+    wakes per free: a segment that gives Paddle one value (the loss) runs the operator's one-slot
+    size (its value doubles as the ordering token), not the 16-slot one with 15 empty results a step."""
     with ir_guard(ir):
         main, startup, _, loss = build_program("mnist_mlp", "sgd")
         with paddle.static.scope_guard(paddle.static.Scope()):
             paddle.static.Executor(paddle.CPUPlace()).run(startup)
             paddle_ngraph.transpile(main)
         if ir == "pir":
-            op = next(op for op in main.global_block().ops if op.name().endswith("ngraph_engine"))
-            persistable = [r.persistable for r in op.results()]
-            used = [bool(r.all_used_ops()) for r in op.results()]
-            assert persistable == [not u for u in used] and used.count(True) == 1, (persistable, used)
-            assert op.attrs()["engine_id"] > 0  # every slot's flag set: no null in the attribute array
+            ops = [op for op in main.global_block().ops if is_engine_op(op.name())]
+            assert [op.name() for op in ops] == ["custom_op.ngraph_engine_one"]
+            assert len(ops[0].results()) == 1
         else:
-            op = next(op for op in main.global_block().ops if op.type == "ngraph_engine")
+            ops = [op for op in main.global_block().ops if is_engine_op(op.type)]
+            assert [op.type for op in ops] == ["ngraph_engine_one"]
+            assert ops[0].output_names == ["Out0"]
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_segments_with_many_values_take_the_large_operator_and_share_one_placeholder(ir):
+    """More values than the small size holds: the 16-slot operator; in a legacy program its unused
+    slots share one variable (one free a step), in PIR each is a result of its own."""
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 784], "float32")
+            y = paddle.static.data("y", [-1, 1], "int64")
+            logits = paddle.nn.Linear(784, 10)(x)
+            loss = paddle.nn.functional.cross_entropy(logits, y).mean()
+            paddle.optimizer.SGD(0.03).minimize(loss)
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            paddle_ngraph.transpile(main, fetch_list=[logits])
+            xb, yb = shard(x_all, y_all, 16, 0, 1, 0)
+            out_loss, out_logits = exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss, logits])
+        assert np.isfinite(out_loss) and out_logits.shape == (16, 10)
+        if ir == "pir":
+            assert [op.name() for op in main.global_block().ops if is_engine_op(op.name())] == \
+                ["custom_op.ngraph_engine"]
+        else:
+            op = next(op for op in main.global_block().ops if is_engine_op(op.type))
+            assert op.type == "ngraph_engine"
             names = [op.output(f"Out{slot}")[0] for slot in range(16)]
-            assert len(set(names)) == 3, names  # the loss, the ordering token, one shared placeholder
-            assert not any(main.global_block().var(n).persistable for n in names)
+            assert len(set(names)) == 4, names  # two values, the ordering token, one shared placeholder
 
 
 def test_feed_with_wrong_shape_names_the_variable():
