@@ -74,8 +74,6 @@ void pdng_set_output_meta(int64_t engine_id, int n, const int* dtypes, const int
   std::lock_guard<std::mutex> lock(g_meta_mutex);
   g_meta[engine_id] = std::move(meta);
 }
-
-int pdng_max_outputs() { return kMaxOutputs; }
 }
 
 std::vector<paddle::Tensor> RunEngine(const std::vector<paddle::Tensor>& inputs, int64_t engine_id, int slots) {

@@ -34,7 +34,6 @@ def library() -> ctypes.CDLL:
     lib.pdng_set_run_callback.argtypes = [ctypes.c_void_p]
     lib.pdng_set_run_callback(_bridge.run_callback_address())
     lib.pdng_set_output_meta.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    lib.pdng_max_outputs.restype = ctypes.c_int
     return lib
 
 
@@ -46,15 +45,11 @@ OP_SLOTS = {"ngraph_engine_one": 1, "ngraph_engine": 16}
 MAX_VALUES = OP_SLOTS["ngraph_engine"] - 1
 
 
-def max_outputs() -> int:
-    return library().pdng_max_outputs()
-
-
 def op_for(values: int) -> tuple[str, int]:
     """(operator type, token slot) of the smallest size with room for ``values``."""
-    if values <= 1:
+    if values <= OP_SLOTS["ngraph_engine_one"]:
         return "ngraph_engine_one", 0
-    return "ngraph_engine", OP_SLOTS["ngraph_engine"] - 1
+    return "ngraph_engine", MAX_VALUES
 
 
 def is_engine_op(op_type: str) -> bool:
