@@ -165,11 +165,12 @@ cdef class NativeExecutable:
         self.fallback = fallback
         self.executor.set_fallback(_fallback, <void*>self)
 
-    def use_native_mpi(self, uintptr_t node_comm=0, uintptr_t leaders_comm=0):
-        """MPI_Allreduce from C++; hierarchical over these communicator handles (mpi4py's
-        MPI._handleof) if node_comm is not 0, else flat on MPI_COMM_WORLD."""
+    def use_native_mpi(self, uintptr_t node_comm=0, uintptr_t leaders_comm=0, bint shared_memory=True):
+        """AllReduce from C++; hierarchical over these communicator handles (mpi4py's MPI._handleof)
+        if node_comm is not 0, else flat on MPI_COMM_WORLD: over shared memory within the node when
+        shared_memory and every rank can map the others' memory, MPI_Allreduce otherwise."""
         try:
-            self.executor.set_communicator(make_mpi_communicator(node_comm, leaders_comm))
+            self.executor.set_communicator(make_mpi_communicator(node_comm, leaders_comm, shared_memory))
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 

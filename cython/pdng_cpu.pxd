@@ -47,7 +47,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void add_collective_wait(int) except +
         void set_results(const vector[int]&) except +
         void set_num_inputs(int)
-        void set_communicator(shared_ptr[Communicator])
+        void set_communicator(shared_ptr[Communicator]) except +
         string communicator_description()
         void set_fallback(CollectiveFallback, void*)
         void set_threads(int)
@@ -68,7 +68,8 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
 
 cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
     bool mpi_available()
-    shared_ptr[Communicator] make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm) except +
+    shared_ptr[Communicator] make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm,
+                                                   bint shared_memory) except +
 
 
 cdef extern from "pdng/function_communicator.h" namespace "pdng" nogil:

@@ -65,6 +65,20 @@ void Executor::set_arena_size(int64_t nbytes) {
   arena_ = arena_storage_.get();
 }
 
+void Executor::set_communicator(std::shared_ptr<Communicator> comm) {
+  comm_ = std::move(comm);
+  if (comm_ && comm_->wants_shared_arena() && !shared_arena_) {
+    // Nothing has run yet: the arena holds no values, and buffers resolve against arena_ at each run.
+    shared_arena_ = std::make_unique<SharedAllocation>(arena_size_);
+#ifdef MADV_HUGEPAGE
+    // As for the private arena (a hint: shared memory gets huge pages only where shmem_enabled allows).
+    if (arena_size_ >= kHugeArena) madvise(shared_arena_->data(), static_cast<size_t>(shared_arena_->size()), MADV_HUGEPAGE);
+#endif
+    arena_ = shared_arena_->data();
+    arena_storage_.reset();
+  }
+}
+
 int Executor::add_arena_buffer(int64_t offset, int64_t nbytes) {
   PDNG_CHECK(offset >= 0 && offset + nbytes <= arena_size_,
              "arena buffer [" + std::to_string(offset) + ", +" + std::to_string(nbytes) + ") outside the arena of " +

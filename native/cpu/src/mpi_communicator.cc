@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "pdng/half_codec.h"
+#include "pdng/node_allreduce.h"
 
 #ifdef PDNG_WITH_MPI
 #include <mpi.h>
@@ -60,11 +61,52 @@ void check(int rc, const char* call, int rank, int64_t count, DType dtype) {
               dtype_name(dtype) + " elements failed: " + text);
 }
 
+// The shared-memory path of flat AllReduce, one per process (every executor's communicator uses it):
+// set up by the first flat AllReduce, a point every rank reaches at the same place in its sequence
+// of collectives, whether or not it wants the path (the setup is collective).
+class NodePath {
+ public:
+  static NodePath& instance() {
+    static NodePath* path = new NodePath();  // never destroyed: MPI may be finalized by then
+    return *path;
+  }
+  // The path if set up and usable, else null (MPI_Allreduce then).
+  NodeAllreduce* get(bool wanted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!set_up_) {
+      set_up_ = true;
+      int rank = 0, size = 1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      auto gather = [](const void* mine, void* all, int bytes) {
+        const int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, MPI_COMM_WORLD);
+        PDNG_CHECK(rc == MPI_SUCCESS, "MPI_Allgather while setting up the shared-memory AllReduce failed");
+      };
+      path_ = NodeAllreduce::setup(rank, size, wanted, gather, &why_);
+    }
+    return path_.get();
+  }
+  std::string describe() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!set_up_) return "MPI_Allreduce on MPI_COMM_WORLD, or shared memory if every rank can map the others' (decided at the first AllReduce)";
+    if (path_) return "shared memory among the " + std::to_string(path_->size()) + " ranks of the node";
+    return "MPI_Allreduce on MPI_COMM_WORLD (no shared memory: " + why_ + ")";
+  }
+
+ private:
+  std::mutex mutex_;
+  bool set_up_ = false;
+  std::unique_ptr<NodeAllreduce> path_;
+  std::string why_;
+};
+
 class MpiCommunicator : public Communicator {
  public:
-  // node == MPI_COMM_NULL: flat MPI_Allreduce on MPI_COMM_WORLD. Otherwise hierarchical over the
-  // node's communicator (rank 0 = leader) and, on leaders, the leaders' communicator.
-  MpiCommunicator(MPI_Comm node, MPI_Comm leaders) : node_(node), leaders_(leaders) {
+  // node == MPI_COMM_NULL: flat on MPI_COMM_WORLD (over shared memory, if `shared_memory` and every
+  // rank can map the others'). Otherwise hierarchical over the node's communicator (rank 0 = leader)
+  // and, on leaders, the leaders' communicator.
+  MpiCommunicator(MPI_Comm node, MPI_Comm leaders, bool shared_memory)
+      : node_(node), leaders_(leaders), shared_memory_(shared_memory) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (node_ != MPI_COMM_NULL) MPI_Comm_rank(node_, &node_rank_);
@@ -79,8 +121,10 @@ class MpiCommunicator : public Communicator {
     return reduction != "avg" || dtype == DType::Float32 || dtype == DType::Float64;
   }
 
+  bool wants_shared_arena() const override { return shared_memory_ && node_ == MPI_COMM_NULL && size_ > 1; }
+
   std::string describe() const override {
-    if (node_ == MPI_COMM_NULL) return "MPI_Allreduce on MPI_COMM_WORLD";
+    if (node_ == MPI_COMM_NULL) return NodePath::instance().describe();
     int node_size = 0;
     MPI_Comm_size(node_, &node_size);
     return "hierarchical: rank " + std::to_string(node_rank_) + " of " + std::to_string(node_size) +
@@ -140,6 +184,8 @@ class MpiCommunicator : public Communicator {
 
   void allreduce(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) override {
     if (node_ != MPI_COMM_NULL) return Communicator::allreduce(in, out, count, dtype, reduction);
+    // The shared-memory path reduces in place, in shared memory: the copy into the region first.
+    if (node_path(dtype, reduction) != nullptr) return Communicator::allreduce(in, out, count, dtype, reduction);
     reduce(in, out, count, dtype, reduction);
   }
 
@@ -165,8 +211,21 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  // The process's shared-memory path, if flat, usable and able to reduce this; set up on first use.
+  NodeAllreduce* node_path(DType dtype, const std::string& reduction) {
+    if (node_ != MPI_COMM_NULL) return nullptr;
+    NodeAllreduce* path = NodePath::instance().get(shared_memory_);
+    return path != nullptr && path->supports(dtype, reduction) ? path : nullptr;
+  }
+
   // in == nullptr: in place on `data`. Otherwise from `in` into `data` (flat MPI_Allreduce only).
   void reduce(const void* in, void* data, int64_t count, DType dtype, const std::string& reduction) {
+    if (in == nullptr) {
+      // Every rank takes the same branch: the path and supports() are the same everywhere, and
+      // allreduce() returns false on every rank alike.
+      NodeAllreduce* path = node_path(dtype, reduction);
+      if (path != nullptr && path->allreduce(data, count, dtype, reduction)) return;
+    }
     // MPI counts are int: reduce in chunks below 2^31 elements.
     const int64_t chunk = (int64_t{1} << 30);
     auto* bytes = static_cast<char*>(data);
@@ -208,6 +267,7 @@ class MpiCommunicator : public Communicator {
   }
 
   MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  bool shared_memory_ = false;
   int rank_ = 0, size_ = 1, node_rank_ = 0, leaders_size_ = 0;
   // Scratch of the compressed AllReduce, reused: only the communication thread calls it.
   std::vector<uint16_t> send_, recv_, mine_;
@@ -218,7 +278,7 @@ class MpiCommunicator : public Communicator {
 
 bool mpi_available() { return true; }
 
-std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm) {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm, bool shared_memory) {
   int initialized = 0, finalized = 0, level = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -231,14 +291,14 @@ std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr
   static_assert(sizeof(MPI_Comm) == sizeof(uintptr_t), "MPI_Comm must be a handle the size of a pointer");
   auto as_comm = [](uintptr_t h) { return h ? reinterpret_cast<MPI_Comm>(h) : MPI_COMM_NULL; };
   PDNG_CHECK(node_comm || !leaders_comm, "a leaders communicator needs a node communicator");
-  return std::make_shared<MpiCommunicator>(as_comm(node_comm), as_comm(leaders_comm));
+  return std::make_shared<MpiCommunicator>(as_comm(node_comm), as_comm(leaders_comm), shared_memory);
 }
 
 #else
 
 bool mpi_available() { return false; }
 
-std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t, uintptr_t) {
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t, uintptr_t, bool) {
   throw Error("the CPU backend was built without Open MPI's headers: no native MPI path");
 }
 

@@ -179,7 +179,7 @@ class Specialization:
         if transport is None or transport.size <= 1:
             return
         if transport.name == "MPI" and _native().has_native_mpi():
-            native.use_native_mpi(*transport.native_comms())
+            native.use_native_mpi(*transport.native_comms(), shared_memory=transport.shared_memory)
         elif transport.name == "CCL":
             from ... import _ccl
 

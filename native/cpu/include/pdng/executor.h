@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pdng/kernel.h"
+#include "pdng/shared_memory.h"
 
 namespace pdng {
 
@@ -51,6 +52,9 @@ class Communicator {
   }
   // How allreduce() reaches the other ranks, for logs and tests.
   virtual std::string describe() const { return "native"; }
+  // Whether the executor should place its arena in memory the other ranks of the node can map
+  // (shared_memory.h), so that allreduce() reduces its buckets there in place.
+  virtual bool wants_shared_arena() const { return false; }
 
   // The compressed AllReduce of float32 (compress "bf16" or "fp16", reduction sum or avg): the scheme
   // of paddle_ngraph/distributed/compress.py, the same bits. Where not supported, the fallback runs it.
@@ -91,7 +95,8 @@ class Executor {
   void add_collective_wait(int collective);
   void set_results(const std::vector<int>& buffers);
   void set_num_inputs(int n) { num_inputs_ = n; }
-  void set_communicator(std::shared_ptr<Communicator> comm) { comm_ = std::move(comm); }
+  // Before the first run: moves the arena into shared memory if the communicator wants it there.
+  void set_communicator(std::shared_ptr<Communicator> comm);
   std::string communicator_description() const { return comm_ ? comm_->describe() : "none"; }
   void set_fallback(CollectiveFallback fn, void* context) {
     fallback_ = fn;
@@ -189,6 +194,7 @@ class Executor {
     void operator()(void* p) const { std::free(p); }
   };
   std::unique_ptr<uint8_t, FreeDeleter> arena_storage_;
+  std::unique_ptr<SharedAllocation> shared_arena_;  // instead of arena_storage_, for the communicator
   uint8_t* arena_ = nullptr;
   int64_t arena_size_ = 0;
   std::vector<Buffer> buffers_;

@@ -1,0 +1,72 @@
+// AllReduce among the processes of one node over shared memory, in place on buffers that each
+// rank holds in a SharedAllocation (the executor's arena): no staging copy, no message.
+//
+// Every rank announces its buffer in a control block that all ranks map; once all have arrived,
+// the bucket is cut in chunks that any arrived rank takes (an atomic counter): a chunk is reduced
+// from every rank's buffer in rank order, and the result written to every rank's buffer. Which rank
+// computes a chunk changes nothing in its bits, so results are identical on every rank and from
+// run to run. A rank that is descheduled (its communication thread waiting for a core that its
+// compute thread holds) does not hold the others up: they take its chunks, and it only has to see
+// the end. Waits spin for a few microseconds, then sleep on a futex: no core is taken from compute.
+//
+// The control block's counters only grow (each call's chunks and arrivals continue the last call's
+// numbering), so no reset can race with a late rank; announcements alternate between two sets of
+// slots, so a rank that runs ahead into the next call never overwrites what a late one reads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pdng/kernel.h"
+#include "pdng/shared_memory.h"
+
+namespace pdng {
+
+class NodeAllreduce {
+ public:
+  // gather(mine, all, bytes): every rank's `bytes` bytes, in rank order (an MPI_Allgather).
+  using Gather = std::function<void(const void* mine, void* all, int bytes)>;
+
+  // Collective: every rank calls it, at the same point of its sequence of collectives. Returns the
+  // shared-memory path if every rank wants it and can map every other rank's memory (one node, the
+  // same user, /proc visible); otherwise null, with the reason (the same on every rank) in *why.
+  static std::unique_ptr<NodeAllreduce> setup(int rank, int size, bool wanted, const Gather& gather,
+                                              std::string* why);
+  ~NodeAllreduce();
+
+  bool supports(DType dtype, const std::string& reduction) const;
+  // In place on `data` (count elements). Collective. Returns false, on every rank alike, when some
+  // rank's buffer is not in shared memory: the caller then reduces it another way. Throws Error
+  // (on every rank) if the ranks disagree on the bucket, and if a peer ends while it waits.
+  bool allreduce(void* data, int64_t count, DType dtype, const std::string& reduction);
+
+  int size() const { return size_; }
+
+ private:
+  struct Control;
+  struct Slot;
+  NodeAllreduce() = default;
+  static int64_t control_bytes(int size);  // the control block and its two sets of slots
+  Slot& slot(uint64_t call, int rank) const;
+  // Waits until done() is true: spins briefly, then sleeps on the control block's futex, checking
+  // that the peers are alive and that no rank has aborted.
+  void wait_until(const std::function<bool()>& done, const char* what, int64_t count, DType dtype);
+  void wake();
+  [[noreturn]] void abort(const std::string& message);
+  void check_aborted() const;
+
+  int rank_ = 0, size_ = 1;
+  std::vector<int> pids_;
+  std::unique_ptr<SharedAllocation> own_;  // rank 0: the control block; others: their probe
+  PeerMappings control_mapping_, peers_;
+  Control* control_ = nullptr;
+  uint64_t calls_ = 0, chunk_base_ = 0;
+  std::vector<uint8_t*> buffers_;  // per rank, for the call being run
+  std::mutex mutex_;  // one call at a time in this process, as the ranks' sequences must match
+};
+
+}  // namespace pdng

@@ -1,0 +1,115 @@
+"""The CPU backend's native AllReduce (one compiled bucket, as training runs it) against NumPy on
+this rank; exits 1 on a mismatch. Run under mpirun.
+
+Buckets of one input (reduced from the input into the bucket's region) and of two (packed into the
+region, then reduced in place); every dtype and reduction of the native path; sizes that do and do not
+fill the shared-memory path's 64 KB chunks. Integer-valued data make every reduction exact in any
+order; random float32 data must give the same bits on every rank, and on 2 ranks the bits of a + b.
+
+PDNG_TEST_SHM_OFF_RANK=k: rank k alone sets PADDLE_NGRAPH_SHM_ALLREDUCE=0 (every rank must then fall
+back to MPI_Allreduce). Prints the communicator's description, for the test to check.
+
+--kill: after one AllReduce, rank 1 kills itself (SIGKILL) and the others enter the next one; they
+must fail naming it, not hang. SIGTERM is ignored, so that they report before mpirun stops them.
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from paddle_ngraph.quiet import quiet_this_process
+
+quiet_this_process()
+
+REDUCTIONS = ("sum", "avg", "prod", "min", "max")
+DTYPES = ("float32", "float64", "int32", "int64")
+SIZES = (1, 7, 1000, 16385, 100003)
+
+
+def values(rank, n, dtype, reduction, salt=0):
+    rng = np.random.default_rng(1000 * rank + n + salt)
+    low, high = (1, 3) if reduction == "prod" else (-8, 9)
+    return rng.integers(low, high, n).astype(dtype)
+
+
+def expected(size, n, dtype, reduction, salt=0):
+    data = np.stack([values(r, n, dtype, reduction, salt).astype(np.float64) for r in range(size)])
+    fn = {"sum": np.sum, "avg": np.sum, "prod": np.prod, "min": np.min, "max": np.max}[reduction]
+    out = fn(data, axis=0)
+    return out / size if reduction == "avg" else out
+
+
+def compile_bucket(shapes, dtype, reduction):
+    from paddle_ngraph.backends import get_backend
+    from paddle_ngraph.ir import Function, ops
+
+    params = [ops.Parameter(dtype=dtype, shape=shape, name=f"g{k}") for k, shape in enumerate(shapes)]
+    reduce = ops.AllReduce(*[p.output() for p in params], reduction=reduction)
+    function = Function(params, {f"r{k}": reduce.output(k) for k in range(len(shapes))})
+    return get_backend("CPU").compile(function)
+
+
+def kill_rank_1(t):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exe = compile_bucket([(1000,)], "float32", "sum")
+    exe.call([np.ones(1000, np.float32)], t)
+    if t.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        exe.call([np.ones(1000, np.float32)], t)
+    except Exception as e:  # noqa: BLE001 - what the user would see, printed for the test
+        print(f"[rank {t.rank}] after {time.monotonic() - start:.2f} s: {type(e).__name__}: {e}", flush=True)
+        return 3
+    print(f"[rank {t.rank}] FAILED: the AllReduce ended without rank 1", flush=True)
+    return 1
+
+
+def main():
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    if os.environ.get("PDNG_TEST_SHM_OFF_RANK") == str(rank):
+        os.environ["PADDLE_NGRAPH_SHM_ALLREDUCE"] = "0"
+    from paddle_ngraph.distributed.mpi import MpiTransport
+
+    t = MpiTransport()
+    if "--kill" in sys.argv:
+        return kill_rank_1(t)
+    failures = []
+    description = None
+    for dtype in DTYPES:
+        for reduction in REDUCTIONS:
+            if reduction == "avg" and dtype.startswith("int"):
+                continue  # the Python transport's (floor division), not the native path
+            for n in SIZES:
+                for shapes in ([(n,)], [(n,), (3, 5)]):
+                    exe = compile_bucket(shapes, dtype, reduction)
+                    inputs = [values(t.rank, int(np.prod(s)), dtype, reduction, salt=k).reshape(s)
+                              for k, s in enumerate(shapes)]
+                    for repeat in range(2):  # again on the same executable: the counters go on
+                        got = exe.call(inputs, t)
+                        for k, s in enumerate(shapes):
+                            want = expected(t.size, int(np.prod(s)), dtype, reduction, salt=k).reshape(s)
+                            if got[k].dtype != np.dtype(dtype) or not np.allclose(got[k], want, rtol=1e-6):
+                                failures.append(f"{dtype} {reduction} {shapes} output {k} (call {repeat + 1})")
+                    description = exe.communicator if description is None else description
+    # Inexact sums: the same bits on every rank; on 2 ranks, those of a + b in float32.
+    noisy = [np.random.default_rng(r).standard_normal(70001).astype(np.float32) for r in range(t.size)]
+    exe = compile_bucket([(70001,)], "float32", "avg")
+    got = exe.call([noisy[t.rank]], t)[0]
+    if len({a.tobytes() for a in t.allgather_object(got)}) != 1:
+        failures.append("float32 avg differs between ranks")
+    if t.size == 2 and not np.array_equal(got, (noisy[0] + noisy[1]) / np.float32(2)):
+        failures.append("float32 avg of 2 ranks is not (a + b) / 2")
+    t.barrier()
+    print(f"[rank {t.rank}] communicator: {description}", flush=True)
+    if failures:
+        print(f"[rank {t.rank}] FAILED: " + "; ".join(failures[:10]), flush=True)
+        return 1
+    print(f"[rank {t.rank}] native allreduce matches NumPy", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The CPU backend's AllReduce over shared memory among the ranks of one node (node_allreduce.cc),
+under the real mpirun: results against NumPy, the collective choice of path, a killed rank."""
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
+from mpi_util import mpirun  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_allreduce_worker.py")
+
+
+def described(stdout: str) -> set:
+    return set(re.findall(r"\] communicator: (.*)", stdout))
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_shared_memory_allreduce_matches_numpy(nranks):
+    proc = mpirun(nranks, WORKER, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("native allreduce matches NumPy") == nranks
+    assert described(proc.stdout) == {f"shared memory among the {nranks} ranks of the node"}
+
+
+def test_one_rank_switching_it_off_sends_every_rank_to_mpi():
+    proc = mpirun(2, WORKER, timeout=300, env={"PDNG_TEST_SHM_OFF_RANK": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("native allreduce matches NumPy") == 2
+    assert described(proc.stdout) == {"MPI_Allreduce on MPI_COMM_WORLD (no shared memory: switched off on rank 1)"}
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_rank_killed_before_an_allreduce_is_named_by_the_others(nranks):
+    proc = mpirun(nranks, WORKER, "--kill", timeout=60)
+    assert proc.returncode != 0
+    for rank in [0] + list(range(2, nranks)):
+        match = re.search(rf"\[rank {rank}\] after ([0-9.]+) s: ExecutionError: .*", proc.stdout)
+        assert match, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert float(match.group(1)) < 10
+        assert re.search(r"rank 1 \(pid \d+\) ended while rank \d waited for it to arrive at an AllReduce of 1000 "
+                         r"float32 elements", match.group(0)), match.group(0)
