@@ -179,10 +179,15 @@ cdef class NativeExecutable:
         """How the native allreduce reaches the other ranks ("none": only the Python fallback)."""
         return self.executor.communicator_description().decode()
 
-    def use_native_functions(self, int rank, int size, uintptr_t allreduce, uintptr_t last_error):
-        """Allreduce through C functions of the pdng_ccl ABI (the oneCCL transport), called from C++."""
-        self.executor.set_communicator(make_function_communicator(rank, size, <AllreduceFn>allreduce,
-                                                                  <LastErrorFn>last_error))
+    def use_native_functions(self, int rank, int size, uintptr_t allreduce, uintptr_t last_error,
+                             bint shared_memory=False):
+        """Allreduce through C functions of the pdng_ccl ABI (the oneCCL transport), called from C++;
+        over shared memory within the node instead when shared_memory and every rank can map the others'."""
+        try:
+            self.executor.set_communicator(make_function_communicator(rank, size, <AllreduceFn>allreduce,
+                                                                      <LastErrorFn>last_error, shared_memory))
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
 
     def run(self, list inputs):
         """Runs one step on C-contiguous arrays; returns the results as views of the arena."""

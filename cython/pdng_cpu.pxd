@@ -75,7 +75,7 @@ cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
 cdef extern from "pdng/function_communicator.h" namespace "pdng" nogil:
     ctypedef int (*AllreduceFn)(const void*, void*, size_t, int, int)
     ctypedef const char* (*LastErrorFn)()
-    shared_ptr[Communicator] make_function_communicator(int, int, AllreduceFn, LastErrorFn) except +
+    shared_ptr[Communicator] make_function_communicator(int, int, AllreduceFn, LastErrorFn, bint) except +
 
 
 cdef extern from *:

@@ -7,9 +7,7 @@ identically on every rank. MPI is initialized by mpi4py on import and finalized
 by it at exit only if it initialized it, as nGraph's MPI backend did.
 
 The CPU backend's native path reduces in C++: when every rank runs on one node, over shared
-memory (native/cpu/src/node_allreduce.cc: each rank's arena is mapped by the others, and a
-bucket is reduced in place, in chunks any rank may take); else with MPI_Allreduce.
-``PADDLE_NGRAPH_SHM_ALLREDUCE=0`` turns the shared-memory path off.
+memory (``transport.shared_memory_wanted``); else with MPI_Allreduce.
 
 Hierarchical allreduce (``set_hierarchical``): when ranks span several hosts, a reduce to
 one leader per node (over shared memory), an allreduce among the leaders (the only traffic
@@ -29,8 +27,6 @@ from .transport import Transport
 log = logging.getLogger("paddle_ngraph.distributed")
 _NATIVE_OPS = ("sum", "prod", "min", "max")
 NODE_ID_ENV = "PADDLE_NGRAPH_NODE_ID"
-# "0" turns off the CPU backend's shared-memory AllReduce among the ranks of one node (MPI_Allreduce then).
-SHARED_MEMORY_ENV = "PADDLE_NGRAPH_SHM_ALLREDUCE"
 HIERARCHICAL_MODES = ("auto", "on", "off")
 
 
@@ -93,8 +89,6 @@ class MpiTransport(Transport):
         self._half_ops = {}
         self.topology: NodeTopology | None = None
         self.hierarchical = False  # set by set_hierarchical; flat MPI_Allreduce until then
-        # Whether the CPU backend's flat native path may reduce over shared memory within the node.
-        self.shared_memory = os.environ.get(SHARED_MEMORY_ENV, "1") != "0"
 
     def set_hierarchical(self, mode: str = "auto") -> bool:
         """Chooses flat or hierarchical allreduce; collective (every rank calls it). ``auto``: hierarchical

@@ -1,5 +1,6 @@
 """The CPU backend's native AllReduce (one compiled bucket, as training runs it) against NumPy on
-this rank; exits 1 on a mismatch. Run under mpirun.
+this rank; exits 1 on a mismatch. Run under mpirun (the MPI transport, or PDNG_TEST_TRANSPORT=ccl)
+or paddle.distributed.launch (the ccl transport).
 
 Buckets of one input (reduced from the input into the bucket's region) and of two (packed into the
 region, then reduced in place); every dtype and reduction of the native path; sizes that do and do not
@@ -68,12 +69,11 @@ def kill_rank_1(t):
 
 
 def main():
-    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    if os.environ.get("PDNG_TEST_SHM_OFF_RANK") == str(rank):
-        os.environ["PADDLE_NGRAPH_SHM_ALLREDUCE"] = "0"
-    from paddle_ngraph.distributed.mpi import MpiTransport
+    from paddle_ngraph.distributed import detect_launcher, make_transport
 
-    t = MpiTransport()
+    if os.environ.get("PDNG_TEST_SHM_OFF_RANK") == str(detect_launcher().rank):
+        os.environ["PADDLE_NGRAPH_SHM_ALLREDUCE"] = "0"
+    t = make_transport(os.environ.get("PDNG_TEST_TRANSPORT") or None)
     if "--kill" in sys.argv:
         return kill_rank_1(t)
     failures = []

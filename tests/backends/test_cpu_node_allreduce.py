@@ -1,5 +1,6 @@
 """The CPU backend's AllReduce over shared memory among the ranks of one node (node_allreduce.cc),
-under the real mpirun: results against NumPy, the collective choice of path, a killed rank."""
+under the real mpirun and paddle.distributed.launch, with both transports: results against NumPy,
+the collective choice of path, a killed rank."""
 import os
 import re
 import sys
@@ -7,7 +8,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
+from launch_util import launch  # noqa: E402
 from mpi_util import mpirun  # noqa: E402
+from paddle_ngraph.distributed.ccl import available as ccl_available  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_allreduce_worker.py")
 
@@ -22,6 +25,32 @@ def test_shared_memory_allreduce_matches_numpy(nranks):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("native allreduce matches NumPy") == nranks
     assert described(proc.stdout) == {f"shared memory among the {nranks} ranks of the node"}
+
+
+needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+
+
+@needs_ccl
+def test_ccl_transport_under_mpirun_takes_it_too():
+    proc = mpirun(3, WORKER, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("native allreduce matches NumPy") == 3
+    assert described(proc.stdout) == {"shared memory among the 3 ranks of the node"}
+
+
+@needs_ccl
+def test_ccl_transport_under_paddle_launch_takes_it_too():
+    code, logs = launch(2, WORKER, timeout=300)
+    assert code == 0, logs[-4000:]
+    assert set(re.findall(r"\[rank (\d)\] native allreduce matches NumPy", logs)) == {"0", "1"}
+    assert described(logs) == {"shared memory among the 2 ranks of the node"}
+
+
+@needs_ccl
+def test_ccl_transport_switched_off_on_one_rank_uses_its_own_allreduce():
+    proc = mpirun(2, WORKER, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl", "PDNG_TEST_SHM_OFF_RANK": "0"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert described(proc.stdout) == {"the transport's allreduce (no shared memory: switched off on rank 0)"}
 
 
 def test_one_rank_switching_it_off_sends_every_rank_to_mpi():

@@ -61,44 +61,11 @@ void check(int rc, const char* call, int rank, int64_t count, DType dtype) {
               dtype_name(dtype) + " elements failed: " + text);
 }
 
-// The shared-memory path of flat AllReduce, one per process (every executor's communicator uses it):
-// set up by the first flat AllReduce, a point every rank reaches at the same place in its sequence
-// of collectives, whether or not it wants the path (the setup is collective).
-class NodePath {
- public:
-  static NodePath& instance() {
-    static NodePath* path = new NodePath();  // never destroyed: MPI may be finalized by then
-    return *path;
-  }
-  // The path if set up and usable, else null (MPI_Allreduce then).
-  NodeAllreduce* get(bool wanted) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!set_up_) {
-      set_up_ = true;
-      int rank = 0, size = 1;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
-      auto gather = [](const void* mine, void* all, int bytes) {
-        const int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, MPI_COMM_WORLD);
-        PDNG_CHECK(rc == MPI_SUCCESS, "MPI_Allgather while setting up the shared-memory AllReduce failed");
-      };
-      path_ = NodeAllreduce::setup(rank, size, wanted, gather, &why_);
-    }
-    return path_.get();
-  }
-  std::string describe() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!set_up_) return "MPI_Allreduce on MPI_COMM_WORLD, or shared memory if every rank can map the others' (decided at the first AllReduce)";
-    if (path_) return "shared memory among the " + std::to_string(path_->size()) + " ranks of the node";
-    return "MPI_Allreduce on MPI_COMM_WORLD (no shared memory: " + why_ + ")";
-  }
-
- private:
-  std::mutex mutex_;
-  bool set_up_ = false;
-  std::unique_ptr<NodeAllreduce> path_;
-  std::string why_;
-};
+// The shared-memory path of flat AllReduce: one per process, for every executor's communicator.
+SharedNodePath& node_path_of_mpi() {
+  static SharedNodePath* path = new SharedNodePath();  // never destroyed: MPI may be finalized by then
+  return *path;
+}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -124,7 +91,7 @@ class MpiCommunicator : public Communicator {
   bool wants_shared_arena() const override { return shared_memory_ && node_ == MPI_COMM_NULL && size_ > 1; }
 
   std::string describe() const override {
-    if (node_ == MPI_COMM_NULL) return NodePath::instance().describe();
+    if (node_ == MPI_COMM_NULL) return node_path_of_mpi().describe("MPI_Allreduce on MPI_COMM_WORLD");
     int node_size = 0;
     MPI_Comm_size(node_, &node_size);
     return "hierarchical: rank " + std::to_string(node_rank_) + " of " + std::to_string(node_size) +
@@ -214,7 +181,11 @@ class MpiCommunicator : public Communicator {
   // The process's shared-memory path, if flat, usable and able to reduce this; set up on first use.
   NodeAllreduce* node_path(DType dtype, const std::string& reduction) {
     if (node_ != MPI_COMM_NULL) return nullptr;
-    NodeAllreduce* path = NodePath::instance().get(shared_memory_);
+    auto gather = [](const void* mine, void* all, int bytes) {
+      const int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, MPI_COMM_WORLD);
+      PDNG_CHECK(rc == MPI_SUCCESS, "MPI_Allgather while setting up the shared-memory AllReduce failed");
+    };
+    NodeAllreduce* path = node_path_of_mpi().get(rank_, size_, shared_memory_, gather);
     return path != nullptr && path->supports(dtype, reduction) ? path : nullptr;
   }
 

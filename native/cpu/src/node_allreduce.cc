@@ -301,6 +301,21 @@ void NodeAllreduce::wait_until(const std::function<bool()>& done, const char* wh
   }
 }
 
+void NodeAllreduce::map_peers(uint64_t call, void* data) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) {
+      buffers_[q] = static_cast<uint8_t*>(data);
+      continue;
+    }
+    const Slot& s = slot(call, q);
+    try {
+      buffers_[q] = peers_.map(pids_[q], s.fd, s.inode, s.size) + s.offset;
+    } catch (const std::exception& e) {
+      abort("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(q) + "'s bucket: " + e.what());
+    }
+  }
+}
+
 bool NodeAllreduce::allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_aborted();
@@ -343,21 +358,11 @@ bool NodeAllreduce::allreduce(void* data, int64_t count, DType dtype, const std:
     everyone_shares = everyone_shares && s.shareable;
   }
   if (!everyone_shares) return false;  // decided from the same slots on every rank
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) {
-      buffers_[q] = static_cast<uint8_t*>(data);
-      continue;
-    }
-    const Slot& s = slot(call, q);
-    try {
-      buffers_[q] = peers_.map(pids_[q], s.fd, s.inode, s.size) + s.offset;
-    } catch (const std::exception& e) {
-      abort("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(q) + "'s bucket: " + e.what());
-    }
-  }
-
   const uint64_t first = chunk_base_, last = chunk_base_ + chunks;
   uint64_t next = control_->next_chunk.load();
+  // A rank that comes late may find every chunk taken, and its peers may have left the call (and
+  // even ended): it maps them only if there is work left, which keeps them in the call.
+  if (next < last) map_peers(call, data);
   while (next < last) {
     if (!control_->next_chunk.compare_exchange_weak(next, next + 1)) continue;  // `next` reloaded
     const int64_t begin = static_cast<int64_t>(next - first) * chunk_elements;
@@ -368,6 +373,23 @@ bool NodeAllreduce::allreduce(void* data, int64_t count, DType dtype, const std:
   wait_until([&] { return control_->chunks_done.load() >= last; }, "to finish", count, dtype);
   chunk_base_ = last;
   return true;
+}
+
+NodeAllreduce* SharedNodePath::get(int rank, int size, bool wanted, const NodeAllreduce::Gather& gather) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!set_up_) {
+    set_up_ = true;
+    path_ = NodeAllreduce::setup(rank, size, wanted, gather, &why_);
+  }
+  return path_.get();
+}
+
+std::string SharedNodePath::describe(const std::string& transport) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!set_up_)
+    return transport + ", or shared memory if every rank can map the others' (decided at the first AllReduce)";
+  if (path_) return "shared memory among the " + std::to_string(path_->size()) + " ranks of the node";
+  return transport + " (no shared memory: " + why_ + ")";
 }
 
 }  // namespace pdng

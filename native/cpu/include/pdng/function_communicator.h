@@ -14,7 +14,9 @@ namespace pdng {
 using AllreduceFn = int (*)(const void* send, void* recv, size_t count, int dtype, int reduction);
 using LastErrorFn = const char* (*)();
 
+// shared_memory: reduce over shared memory within the node (node_allreduce.h) when every rank can map
+// the others' memory (all ranks on one node), with the functions otherwise.
 std::shared_ptr<Communicator> make_function_communicator(int rank, int size, AllreduceFn allreduce,
-                                                         LastErrorFn last_error);
+                                                         LastErrorFn last_error, bool shared_memory = false);
 
 }  // namespace pdng

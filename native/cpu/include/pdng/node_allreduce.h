@@ -56,6 +56,8 @@ class NodeAllreduce {
   // that the peers are alive and that no rank has aborted.
   void wait_until(const std::function<bool()>& done, const char* what, int64_t count, DType dtype);
   void wake();
+  // buffers_ of this call: `data` for this rank, the peers' announced buffers mapped here.
+  void map_peers(uint64_t call, void* data);
   [[noreturn]] void abort(const std::string& message);
   void check_aborted() const;
 
@@ -67,6 +69,23 @@ class NodeAllreduce {
   uint64_t calls_ = 0, chunk_base_ = 0;
   std::vector<uint8_t*> buffers_;  // per rank, for the call being run
   std::mutex mutex_;  // one call at a time in this process, as the ranks' sequences must match
+};
+
+// The shared-memory path of one transport in this process, which every executor's communicator of
+// that transport shares: set up by the first AllReduce that asks for it, a point every rank reaches
+// at the same place in its sequence of collectives, whether or not it wants the path (the setup is
+// collective). Afterwards the same on every rank: the path, or null (the transport's own AllReduce).
+class SharedNodePath {
+ public:
+  NodeAllreduce* get(int rank, int size, bool wanted, const NodeAllreduce::Gather& gather);
+  // What a communicator says it does: `transport` names its own AllReduce, used without the path.
+  std::string describe(const std::string& transport);
+
+ private:
+  std::mutex mutex_;
+  bool set_up_ = false;
+  std::unique_ptr<NodeAllreduce> path_;
+  std::string why_;
 };
 
 }  // namespace pdng
