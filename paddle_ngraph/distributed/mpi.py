@@ -7,7 +7,7 @@ identically on every rank. MPI is initialized by mpi4py on import and finalized
 by it at exit only if it initialized it, as nGraph's MPI backend did.
 
 The CPU backend's native path reduces in C++: when every rank runs on one node, over shared
-memory (``transport.shared_memory_wanted``); else with MPI_Allreduce.
+memory (``Transport.shared_memory``); else with MPI_Allreduce.
 
 Hierarchical allreduce (``set_hierarchical``): when ranks span several hosts, a reduce to
 one leader per node (over shared memory), an allreduce among the leaders (the only traffic

@@ -7,24 +7,12 @@ dtype and rank.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..errors import TransportError
 from ..ir.ops.collective import REDUCTIONS
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
-SHARED_MEMORY_ENV = "PADDLE_NGRAPH_SHM_ALLREDUCE"
-
-
-def shared_memory_wanted() -> bool:
-    """Whether the CPU backend's native AllReduce may go over shared memory among the ranks of one
-    node (native/cpu/src/node_allreduce.cc), with either transport: each rank's arena is mapped by
-    the others and a bucket is reduced in place, in chunks any rank may take. Used only when every
-    rank runs on one node and can map the others' memory; the transport's own AllReduce otherwise.
-    ``PADDLE_NGRAPH_SHM_ALLREDUCE=0`` (on any rank) turns it off on every rank."""
-    return os.environ.get(SHARED_MEMORY_ENV, "1") != "0"
 
 
 def flatten(arrays: list[np.ndarray]) -> np.ndarray:
@@ -45,6 +33,10 @@ class Transport:
     name = "BASE"
     rank = 0
     size = 1
+    # Whether the CPU backend's native AllReduce may go over shared memory among the ranks of one
+    # node (native/cpu/src/node_allreduce.cc; config key shm_allreduce, set at transpile). Used only
+    # where every rank can map the others' memory, and only if every rank allows it.
+    shared_memory = True
 
     # --- the primitives each transport provides -------------------------------------------
     def allreduce(self, array: np.ndarray, reduction: str = "sum", name: str = "", bfloat16: bool = False) -> np.ndarray:

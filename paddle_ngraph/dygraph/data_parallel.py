@@ -36,6 +36,7 @@ def shared_transport(config: dict):
         transport = make_transport(config["transport"], timeout_s=config["timeout_s"], info=info)
         if transport.size > 1:
             transport.set_hierarchical(config["hierarchical"])
+            transport.shared_memory = config["shm_allreduce"]
         _TRANSPORTS[key] = transport
     return _TRANSPORTS[key]
 

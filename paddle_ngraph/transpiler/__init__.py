@@ -116,6 +116,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     timeline = timeline_from_env(transport.rank, transport.size)
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
+        transport.shared_memory = config.shm_allreduce
     settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
                                                       "compress", "accumulate_steps", "accumulate_avg",
                                                       "timeout_s", "sync_batch_norm", "localsgd_k_steps",

@@ -7,8 +7,8 @@ region, then reduced in place); every dtype and reduction of the native path; si
 fill the shared-memory path's 64 KB chunks. Integer-valued data make every reduction exact in any
 order; random float32 data must give the same bits on every rank, and on 2 ranks the bits of a + b.
 
-PDNG_TEST_SHM_OFF_RANK=k: rank k alone sets PADDLE_NGRAPH_SHM_ALLREDUCE=0 (every rank must then fall
-back to MPI_Allreduce). Prints the communicator's description, for the test to check.
+PDNG_TEST_SHM_OFF_RANK=k: rank k alone turns the path off (transport.shared_memory = False, what
+config key shm_allreduce sets at transpile); every rank must then use the transport's own AllReduce. Prints the communicator's description, for the test to check.
 
 --kill: after one AllReduce, rank 1 kills itself (SIGKILL) and the others enter the next one; they
 must fail naming it, not hang. SIGTERM is ignored, so that they report before mpirun stops them.
@@ -69,11 +69,11 @@ def kill_rank_1(t):
 
 
 def main():
-    from paddle_ngraph.distributed import detect_launcher, make_transport
+    from paddle_ngraph.distributed import make_transport
 
-    if os.environ.get("PDNG_TEST_SHM_OFF_RANK") == str(detect_launcher().rank):
-        os.environ["PADDLE_NGRAPH_SHM_ALLREDUCE"] = "0"
     t = make_transport(os.environ.get("PDNG_TEST_TRANSPORT") or None)
+    if os.environ.get("PDNG_TEST_SHM_OFF_RANK") == str(t.rank):
+        t.shared_memory = False
     if "--kill" in sys.argv:
         return kill_rank_1(t)
     failures = []

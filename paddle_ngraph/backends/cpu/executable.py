@@ -20,7 +20,6 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ...distributed.transport import shared_memory_wanted
 from ...errors import ExecutionError
 from ...ir import Function, clone_function
 from ...passes import PassManager
@@ -180,12 +179,12 @@ class Specialization:
         if transport is None or transport.size <= 1:
             return
         if transport.name == "MPI" and _native().has_native_mpi():
-            native.use_native_mpi(*transport.native_comms(), shared_memory=shared_memory_wanted())
+            native.use_native_mpi(*transport.native_comms(), shared_memory=transport.shared_memory)
         elif transport.name == "CCL":
             from ... import _ccl
 
             native.use_native_functions(transport.rank, transport.size, *_ccl.allreduce_address(),
-                                        shared_memory=shared_memory_wanted())
+                                        shared_memory=transport.shared_memory)
 
     def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
         """A collective the native communicator does not handle: the reference kernel over the
