@@ -11,7 +11,8 @@ never measured in a quieter minute than the others; the median is over rounds, a
 (min-max over rounds, in ms) is printed next to it. The machine is shared: compare the rows of one run.
 
 Systems: ``native`` is what training uses: a one-node function (an AllReduce bucket) run
-by the CPU backend, reduced in place from C++ on its communication thread (MPI_Allreduce);
+by the CPU backend, reduced in place from C++ (over shared memory among the ranks of one node, or
+MPI_Allreduce with --shm off; the input is copied into the bucket's region first on the former);
 ``mpi`` and ``ccl`` the Python transports; ``mpi4py`` a bare comm.Allreduce.
 ``native-bf16`` and ``native-fp16`` are the native path with ``compress`` (16-bit values on the wire,
 MPI_Alltoall + float32 sum + MPI_Allgather), ``mpi-bf16``/``mpi-fp16`` the same scheme in the
@@ -38,6 +39,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5)")
     p.add_argument("--systems", default="native,ccl,mpi,mpi4py", help="comma-separated: native, ccl, mpi, mpi4py, "
                    "native-bf16, native-fp16, mpi-bf16, mpi-fp16")
+    p.add_argument("--shm", choices=("on", "off"), default="on",
+                   help="the native rows over shared memory within the node (on, the default, as training "
+                        "runs them: config key shm_allreduce) or with MPI_Allreduce (off)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file (rank 0)")
     return p.parse_args(argv)
 
@@ -60,7 +64,9 @@ def native_allreduce(data, transport, compress="none"):
     reduce = ops.AllReduce(x.output(), reduction="sum", compress=compress)
     function = Function([x], {"reduced": reduce.output(0)})
     executable = get_backend("CPU").compile(function)
-    return lambda: executable.call([data], transport)
+    call = lambda: executable.call([data], transport)  # noqa: E731
+    call.executable = executable
+    return call
 
 
 def main(argv=None):
@@ -96,6 +102,8 @@ def main(argv=None):
             print(f"unknown system '{name}'", file=sys.stderr)
             return 2
     native_transport = MpiTransport() if any(t in ("native", "compressed") for t in systems.values()) else None
+    if native_transport is not None:
+        native_transport.shared_memory = args.shm == "on"
     n = comm.size
     sizes = []
     size = args.min_bytes
@@ -108,10 +116,11 @@ def main(argv=None):
               flush=True)
     rounds = max(1, args.rounds)
     calls = max(1, args.repeats // rounds)
-    for nbytes in sizes:
+    for bytes_index, nbytes in enumerate(sizes):
         data = np.ones(nbytes // 4, dtype=np.float32)
         out = np.empty_like(data)
         calls_of = {}
+        described = bytes_index > 0
         for name, transport in systems.items():
             if transport is None:
                 fn = lambda: comm.Allreduce(data, out, op=MPI.SUM)  # noqa: E731
@@ -123,6 +132,9 @@ def main(argv=None):
             else:
                 fn = lambda t=transport: t.allreduce(data, "sum")  # noqa: E731
             fn()  # warm-up: buffers touched, communicators and plans built
+            if comm.rank == 0 and transport == "native" and not described:
+                print(f"native: {fn.executable.communicator}", flush=True)
+                described = True
             calls_of[name] = fn
         per_round = {name: [] for name in calls_of}
         for _ in range(rounds):
