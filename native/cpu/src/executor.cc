@@ -30,10 +30,15 @@ std::string where(const NodeInfo& node) { return "while executing node '" + node
 
 // Names the calling thread (at most 15 characters), so that per-thread CPU time can be told apart
 // in /proc/self/task/*/comm (paddle_ngraph/backends/cpu/thread_times.py) and in top -H or perf.
-void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
+// Named by the thread that starts it, before anyone can look: a thread that names itself may not have
+// been scheduled yet when /proc/self/task is read (thread_times.py, the per-thread CPU report).
+void name_thread(std::thread& thread, const char* name) { pthread_setname_np(thread.native_handle(), name); }
 }  // namespace
 
-Executor::Executor() { comm_thread_ = std::thread([this] { comm_loop(); }); }
+Executor::Executor() {
+  comm_thread_ = std::thread([this] { comm_loop(); });
+  name_thread(comm_thread_, "pdng-comm");
+}
 
 Executor::~Executor() {
   {
@@ -245,11 +250,11 @@ class ComputeThread {
  private:
   ComputeThread() {
     thread_ = std::thread([this] { loop(); });
+    name_thread(thread_, "pdng-compute");
     thread_.detach();
   }
 
   void loop() {
-    name_this_thread("pdng-compute");
     for (;;) {
       std::function<void()> job;
       {
@@ -464,7 +469,6 @@ void Executor::run_front(std::unique_lock<std::mutex>& lock, bool on_comm_thread
 }
 
 void Executor::comm_loop() {
-  name_this_thread("pdng-comm");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || (!running_ && !queue_.empty()); });
