@@ -16,8 +16,8 @@ cimport numpy as cnp
 from paddle_ngraph.errors import ExecutionError
 
 from pdng_cpu cimport (AllreduceFn, Executor, LastErrorFn, NodeInfo, TensorDesc, kernel_op_types,
-                       make_function_communicator, make_mpi_communicator, mpi_available, num_threads,
-                       pdng_make_desc)
+                       make_function_communicator, make_mpi_communicator, mpi_available, node_collectives_run,
+                       num_threads, pdng_make_desc)
 
 cnp.import_array()
 
@@ -33,6 +33,12 @@ def registered_op_types():
 
 def has_native_mpi():
     return mpi_available()
+
+
+def shared_memory_collectives():
+    """{"AllReduce": n, "ReduceScatter": n, "AllGather": n}: the collectives this process has run
+    over shared memory among the ranks of its node (node_allreduce.h), on any transport."""
+    return {kind: node_collectives_run(kind.encode()) for kind in ("AllReduce", "ReduceScatter", "AllGather")}
 
 
 def default_threads():

@@ -72,6 +72,10 @@ cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
                                                    bint shared_memory) except +
 
 
+cdef extern from "pdng/node_allreduce.h" namespace "pdng" nogil:
+    int64_t node_collectives_run(const string& kind) except +
+
+
 cdef extern from "pdng/function_communicator.h" namespace "pdng" nogil:
     ctypedef int (*AllreduceFn)(const void*, void*, size_t, int, int)
     ctypedef const char* (*LastErrorFn)()

@@ -52,6 +52,47 @@ def compile_bucket(shapes, dtype, reduction):
     return get_backend("CPU").compile(function)
 
 
+def compile_sharded(kind, shape, dtype, reduction, size):
+    """ZeRO-1's pair on a tensor computed here (x + x): in the arena, so in shared memory."""
+    from paddle_ngraph.backends import get_backend
+    from paddle_ngraph.ir import Function, ops
+
+    x = ops.Parameter(dtype=dtype, shape=shape, name="x")
+    doubled = ops.Add(x.output(), x.output())
+    if kind == "ReduceScatter":
+        node = ops.ReduceScatter(doubled.output(), world_size=size, reduction=reduction)
+    else:
+        node = ops.AllGather(doubled.output(), world_size=size)
+    return get_backend("CPU").compile(Function([x], {"out": node.output(0)}))
+
+
+def check_sharded(t, failures):
+    """ReduceScatter and AllGather against NumPy, at shards inside and across the 64 KB chunks."""
+    for dtype in DTYPES:
+        for reduction in REDUCTIONS:
+            if reduction == "avg" and dtype.startswith("int"):
+                continue
+            for rows, cols in ((1, 1), (7, 1), (3, 5), (16385, 1), (40000, 1)):
+                n = rows * cols
+                exe = compile_sharded("ReduceScatter", (rows * t.size, cols), dtype, reduction, t.size)
+                x = values(t.rank, n * t.size, dtype, reduction).reshape(rows * t.size, cols)
+                data = np.stack([2 * values(r, n * t.size, dtype, reduction).astype(np.float64) for r in range(t.size)])
+                fn = {"sum": np.sum, "avg": np.sum, "prod": np.prod, "min": np.min, "max": np.max}[reduction]
+                want = fn(data, axis=0) / (t.size if reduction == "avg" else 1)
+                want = want.reshape(rows * t.size, cols)[t.rank * rows:(t.rank + 1) * rows]
+                for repeat in range(2):
+                    got = exe.call([x], t)[0]
+                    if got.dtype != np.dtype(dtype) or not np.allclose(got, want, rtol=1e-6):
+                        failures.append(f"ReduceScatter {dtype} {reduction} ({rows}, {cols}) (call {repeat + 1})")
+        for rows in (1, 7, 16385, 40000):
+            exe = compile_sharded("AllGather", (rows, 2), dtype, "sum", t.size)
+            x = values(t.rank, 2 * rows, dtype, "sum").reshape(rows, 2)
+            want = np.concatenate([2 * values(r, 2 * rows, dtype, "sum").reshape(rows, 2) for r in range(t.size)])
+            got = exe.call([x], t)[0]
+            if got.dtype != np.dtype(dtype) or not np.array_equal(got, want):
+                failures.append(f"AllGather {dtype} ({rows}, 2)")
+
+
 def kill_rank_1(t):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exe = compile_bucket([(1000,)], "float32", "sum")
@@ -94,6 +135,8 @@ def main():
                             if got[k].dtype != np.dtype(dtype) or not np.allclose(got[k], want, rtol=1e-6):
                                 failures.append(f"{dtype} {reduction} {shapes} output {k} (call {repeat + 1})")
                     description = exe.communicator if description is None else description
+    if t.size > 1:
+        check_sharded(t, failures)
     # Inexact sums: the same bits on every rank; on 2 ranks, those of a + b in float32.
     noisy = [np.random.default_rng(r).standard_normal(70001).astype(np.float32) for r in range(t.size)]
     exe = compile_bucket([(70001,)], "float32", "avg")
@@ -103,7 +146,10 @@ def main():
     if t.size == 2 and not np.array_equal(got, (noisy[0] + noisy[1]) / np.float32(2)):
         failures.append("float32 avg of 2 ranks is not (a + b) / 2")
     t.barrier()
+    from paddle_ngraph._cpu import shared_memory_collectives
+
     print(f"[rank {t.rank}] communicator: {description}", flush=True)
+    print(f"[rank {t.rank}] over shared memory: {shared_memory_collectives()}", flush=True)
     if failures:
         print(f"[rank {t.rank}] FAILED: " + "; ".join(failures[:10]), flush=True)
         return 1

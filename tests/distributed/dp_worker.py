@@ -28,6 +28,16 @@ def parameter_names(main):
     return sorted(p.name for p in main.all_parameters())
 
 
+def shm_collectives():
+    """[AllReduce, ReduceScatter, AllGather]: how many this process ran over shared memory so far."""
+    try:
+        from paddle_ngraph._cpu import shared_memory_collectives
+    except ImportError:  # the CPU backend is not built: nothing went over shared memory
+        return [0, 0, 0]
+    counts = shared_memory_collectives()
+    return [counts["AllReduce"], counts["ReduceScatter"], counts["AllGather"]]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mnist_mlp")
@@ -48,6 +58,7 @@ def main():
                    help="pretend ranks r with equal r // k share a node (PADDLE_NGRAPH_NODE_ID)")
     p.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"])
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--shm-allreduce", default="on", choices=["on", "off"], help="config key shm_allreduce")
     args = p.parse_args()
     if args.ranks_per_node:
         os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // args.ranks_per_node)
@@ -72,7 +83,8 @@ def main():
                     paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=args.bucket_mb,
                                             zero_stage=args.zero_stage, backend=args.backend,
                                             hierarchical=args.hierarchical, compress=args.compress,
-                                            accumulate_steps=args.accumulate_steps, precision=args.precision)
+                                            accumulate_steps=args.accumulate_steps, precision=args.precision,
+                                            shm_allreduce=args.shm_allreduce == "on")
                 losses = []
                 for step in range(args.steps):
                     if args.reference:
@@ -89,7 +101,7 @@ def main():
                 native = getattr(engines()[-1].executable, "communicator", "") if not args.reference else ""
             np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses),
                      hierarchical=np.array(getattr(transport, "hierarchical", False)), native=np.array(native),
-                     **params)
+                     shm_collectives=np.array(shm_collectives()), **params)
     return 0
 
 

@@ -30,22 +30,30 @@ def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, nranks, backen
 
 
 def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(tmp_path):
-    """With 2 ranks a reduce-scatter adds the same two numbers as an allreduce: same bits."""
+    """With 2 ranks a reduce-scatter adds the same two numbers as an allreduce: same bits, whether
+    ZeRO-1's reduce-scatter and all-gather go over shared memory (the default) or over MPI's own."""
     runs = {}
-    for stage in (0, 1):
-        out = tmp_path / f"zero{stage}"
+    for name, stage, shm in (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off")):
+        out = tmp_path / name
         out.mkdir()
-        proc = mpirun(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage)
+        proc = mpirun(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage,
+                      "--shm-allreduce", shm)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-        runs[stage] = out
+        runs[name] = out
     for optimizer in OPTIMIZERS:
-        plain, sharded = (np.load(runs[s] / f"{optimizer}_rank0.npz") for s in (0, 1))
-        # Plain data parallelism reduced over shared memory, ZeRO-1 with MPI's reduce-scatter: the
-        # same bits all the same. ("native" is the communicator's description, which says so.)
+        plain, sharded, over_mpi = (np.load(runs[name] / f"{optimizer}_rank0.npz")
+                                    for name in ("plain", "zero1", "zero1_mpi"))
+        # Which path each run took ("native" is the communicator's description; shm_collectives counts
+        # this process's AllReduce, ReduceScatter and AllGather over shared memory).
         assert str(plain["native"]) == "shared memory among the 2 ranks of the node"
+        assert plain["shm_collectives"][0] > 0
+        assert min(sharded["shm_collectives"][1:]) > 0, sharded["shm_collectives"]
+        assert str(over_mpi["native"]).startswith("MPI_Allreduce on MPI_COMM_WORLD (no shared memory: switched off")
+        assert max(over_mpi["shm_collectives"]) == 0
         for name in plain.files:
-            if name != "native":
+            if name not in ("native", "shm_collectives"):
                 np.testing.assert_array_equal(sharded[name], plain[name], err_msg=f"{optimizer}: {name}")
+                np.testing.assert_array_equal(over_mpi[name], plain[name], err_msg=f"{optimizer}: {name} (MPI)")
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -511,6 +511,9 @@ void Executor::run_collective(Collective& c) {
         comm_->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
       return;
     }
+    const bool scatter = c.node.op_type == "ReduceScatter";
+    const int64_t count = scatter ? c.node.outputs.at(0).numel() : in.numel();
+    if (comm_->sharded_over_node(scatter, resolved_[c.in[0]], resolved_[c.out[0]], count, in.dtype, reduction)) return;
   }
   PDNG_CHECK(fallback_ != nullptr, "no communicator can run collective " + c.node.op_type);
   std::vector<void*> in(c.in.size()), out(c.out.size());

@@ -82,6 +82,15 @@ class FunctionCommunicator : public Communicator {
     }
   }
 
+  // oneCCL's reduce_scatter and allgather stay with the Python transport (the fallback); within a
+  // node, shared memory serves them here.
+  bool sharded_over_node(bool reduce_scatter, const void* in, void* out, int64_t count, DType dtype,
+                         const std::string& reduction) override {
+    NodeAllreduce* path = node_path(dtype, reduction);
+    if (path == nullptr) return false;
+    return reduce_scatter ? path->reduce_scatter(in, out, count, dtype, reduction) : path->allgather(in, out, count, dtype);
+  }
+
  private:
   NodeAllreduce* node_path(DType dtype, const std::string& reduction) {
     // The setup's gather through the transport's own allreduce: a sum of int64 words in which every

@@ -161,6 +161,9 @@ class MpiCommunicator : public Communicator {
   }
 
   void reduce_scatter(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) override {
+    // Over shared memory when every rank's buffers are there; the same on every rank, as in reduce().
+    NodeAllreduce* path = node_path(dtype, reduction);
+    if (path != nullptr && path->reduce_scatter(in, out, count, dtype, reduction)) return;
     PDNG_CHECK(count <= INT32_MAX, "reduce_scatter of more than 2^31 elements per rank");
     check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
           "MPI_Reduce_scatter_block", rank_, count * size_, dtype);
@@ -171,6 +174,8 @@ class MpiCommunicator : public Communicator {
   }
 
   void allgather(const void* in, void* out, int64_t count, DType dtype) override {
+    NodeAllreduce* path = node_path(dtype, "sum");  // a copy: any dtype the path can sum
+    if (path != nullptr && path->allgather(in, out, count, dtype)) return;
     PDNG_CHECK(count <= INT32_MAX, "allgather of more than 2^31 elements per rank");
     check(MPI_Allgather(in, static_cast<int>(count), mpi_type(dtype), out, static_cast<int>(count), mpi_type(dtype),
                         MPI_COMM_WORLD),

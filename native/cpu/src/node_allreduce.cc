@@ -44,17 +44,20 @@ const char* reduction_name(int32_t code) {
   return code >= 0 && code <= kMax ? names[code] : "?";
 }
 
-// Elements [begin, end) of the bucket: reduced over the ranks' buffers in rank order, then written
-// to every rank's buffer. In blocks that stay in L1, so that each buffer is read and written once.
+// m elements: reduced over the n sources in rank order (each from `src_offset` elements in), then
+// written to each of the `ndst` destinations (from `dst_offset`). In blocks that stay in L1, so that
+// each buffer is read and written once. An AllReduce chunk has every rank's buffer as source and
+// destination; a ReduceScatter chunk only its owner's shard as destination.
 template <class T>
-void reduce_chunk(uint8_t* const* buffers, int n, int64_t begin, int64_t end, int32_t reduction) {
+void reduce_range(uint8_t* const* src, int n, int64_t src_offset, uint8_t* const* dst, int ndst, int64_t dst_offset,
+                  int64_t count, int32_t reduction) {
   constexpr int64_t kBlock = 2048 / sizeof(T) * 4;  // 8 KB
   T block[kBlock];
-  for (int64_t b = begin; b < end; b += kBlock) {
-    const int64_t m = std::min(kBlock, end - b);
-    std::memcpy(block, reinterpret_cast<const T*>(buffers[0]) + b, static_cast<size_t>(m) * sizeof(T));
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t m = std::min(kBlock, count - b);
+    std::memcpy(block, reinterpret_cast<const T*>(src[0]) + src_offset + b, static_cast<size_t>(m) * sizeof(T));
     for (int r = 1; r < n; ++r) {
-      const T* x = reinterpret_cast<const T*>(buffers[r]) + b;
+      const T* x = reinterpret_cast<const T*>(src[r]) + src_offset + b;
       switch (reduction) {
         case kSum:
         case kAvg:
@@ -75,20 +78,28 @@ void reduce_chunk(uint8_t* const* buffers, int n, int64_t begin, int64_t end, in
       const T size = static_cast<T>(n);
       for (int64_t i = 0; i < m; ++i) block[i] = block[i] / size;
     }
-    for (int r = 0; r < n; ++r)
-      std::memcpy(reinterpret_cast<T*>(buffers[r]) + b, block, static_cast<size_t>(m) * sizeof(T));
+    for (int r = 0; r < ndst; ++r)
+      std::memcpy(reinterpret_cast<T*>(dst[r]) + dst_offset + b, block, static_cast<size_t>(m) * sizeof(T));
   }
 }
 
-void reduce_chunk(DType dtype, uint8_t* const* buffers, int n, int64_t begin, int64_t end, int32_t reduction) {
+void reduce_range(DType dtype, uint8_t* const* src, int n, int64_t src_offset, uint8_t* const* dst, int ndst,
+                  int64_t dst_offset, int64_t count, int32_t reduction) {
   switch (dtype) {
-    case DType::Float32: return reduce_chunk<float>(buffers, n, begin, end, reduction);
-    case DType::Float64: return reduce_chunk<double>(buffers, n, begin, end, reduction);
-    case DType::Int32: return reduce_chunk<int32_t>(buffers, n, begin, end, reduction);
-    case DType::Int64: return reduce_chunk<int64_t>(buffers, n, begin, end, reduction);
-    default: throw Error(std::string("no shared-memory AllReduce of ") + dtype_name(dtype));
+    case DType::Float32: return reduce_range<float>(src, n, src_offset, dst, ndst, dst_offset, count, reduction);
+    case DType::Float64: return reduce_range<double>(src, n, src_offset, dst, ndst, dst_offset, count, reduction);
+    case DType::Int32: return reduce_range<int32_t>(src, n, src_offset, dst, ndst, dst_offset, count, reduction);
+    case DType::Int64: return reduce_range<int64_t>(src, n, src_offset, dst, ndst, dst_offset, count, reduction);
+    default: throw Error(std::string("no shared-memory collective of ") + dtype_name(dtype));
   }
 }
+
+const char* kind_name(int32_t kind) {
+  static const char* names[] = {"AllReduce", "ReduceScatter", "AllGather"};
+  return kind >= 0 && kind <= 2 ? names[kind] : "?";
+}
+
+std::atomic<int64_t> collectives_run[3];  // by kind, over shared memory, in this process
 
 uint64_t boot_id_hash() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -143,12 +154,10 @@ struct NodeAllreduce::Control {
 
 struct NodeAllreduce::Slot {
   alignas(64) std::atomic<uint64_t> call;  // written last: the call these fields describe
-  int32_t fd;
-  int32_t dtype;
-  uint64_t inode;
-  int64_t size;
-  int64_t offset;
+  SharedLocation in, out;                  // the same for an AllReduce, which runs in place
   int64_t count;
+  int32_t kind;
+  int32_t dtype;
   int32_t reduction;
   int32_t shareable;
 };
@@ -233,7 +242,8 @@ std::unique_ptr<NodeAllreduce> NodeAllreduce::setup(int rank, int size, bool wan
     self->control_ = reinterpret_cast<Control*>(self->control_mapping_.map(all[0].pid, all[0].fd, all[0].inode, all[0].size));
     self->own_.reset();  // the probe has served
   }
-  self->buffers_.resize(size);
+  self->inputs_.resize(size);
+  self->outputs_.resize(size);
   why->clear();
   return self;
 }
@@ -268,7 +278,8 @@ void NodeAllreduce::wake() {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control_->epoch), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void NodeAllreduce::wait_until(const std::function<bool()>& done, const char* what, int64_t count, DType dtype) {
+void NodeAllreduce::wait_until(const std::function<bool()>& done, const char* what, Kind kind, int64_t count,
+                               DType dtype) {
   if (done()) return;
   const auto spin_end = std::chrono::steady_clock::now() + kSpin;
   do {
@@ -294,67 +305,119 @@ void NodeAllreduce::wait_until(const std::function<bool()>& done, const char* wh
       for (int q = 0; q < size_; ++q) {
         if (q != rank_ && process_ended(pids_[q]))
           abort("rank " + std::to_string(q) + " (pid " + std::to_string(pids_[q]) + ") ended while rank " +
-                std::to_string(rank_) + " waited for it " + what + " an AllReduce of " + std::to_string(count) +
+                std::to_string(rank_) + " waited for it " + what + " " + (kind == kReduceScatter ? "a " : "an ") +
+                kind_name(kind) + " of " + std::to_string(count) +
                 " " + dtype_name(dtype) + " elements over shared memory");
       }
     }
   }
 }
 
-void NodeAllreduce::map_peers(uint64_t call, void* data) {
+void NodeAllreduce::map_peers(uint64_t call, void* in, void* out) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) {
-      buffers_[q] = static_cast<uint8_t*>(data);
+      inputs_[q] = static_cast<uint8_t*>(in);
+      outputs_[q] = static_cast<uint8_t*>(out);
       continue;
     }
     const Slot& s = slot(call, q);
     try {
-      buffers_[q] = peers_.map(pids_[q], s.fd, s.inode, s.size) + s.offset;
+      inputs_[q] = s.in.fd < 0 ? nullptr : peers_.map(pids_[q], s.in.fd, s.in.inode, s.in.size) + s.in.offset;
+      outputs_[q] = peers_.map(pids_[q], s.out.fd, s.out.inode, s.out.size) + s.out.offset;
     } catch (const std::exception& e) {
-      abort("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(q) + "'s bucket: " + e.what());
+      abort("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(q) + "'s buffers: " + e.what());
     }
   }
 }
 
 bool NodeAllreduce::allreduce(void* data, int64_t count, DType dtype, const std::string& reduction) {
+  return run(kAllReduce, data, data, count, dtype, reduction);
+}
+
+bool NodeAllreduce::reduce_scatter(const void* in, void* out, int64_t count, DType dtype, const std::string& reduction) {
+  return run(kReduceScatter, const_cast<void*>(in), out, count, dtype, reduction);
+}
+
+bool NodeAllreduce::allgather(const void* in, void* out, int64_t count, DType dtype) {
+  return run(kAllGather, const_cast<void*>(in), out, count, dtype, "sum");
+}
+
+void NodeAllreduce::run_chunk(Kind kind, DType dtype, int64_t count, uint64_t index, int64_t chunk_elements,
+                              uint64_t chunks_per_shard, int32_t reduction) {
+  if (kind == kAllReduce) {
+    const int64_t begin = static_cast<int64_t>(index) * chunk_elements;
+    const int64_t m = std::min(count, begin + chunk_elements) - begin;
+    reduce_range(dtype, inputs_.data(), size_, begin, outputs_.data(), size_, begin, m, reduction);
+    return;
+  }
+  // Chunks do not straddle shards: chunk `index` is piece `index % chunks_per_shard` of shard
+  // `index / chunks_per_shard`, whose `count` elements are rank `shard`'s output (ReduceScatter) or
+  // input (AllGather).
+  const int shard = static_cast<int>(index / chunks_per_shard);
+  const int64_t begin = static_cast<int64_t>(index % chunks_per_shard) * chunk_elements;
+  const int64_t m = std::min(count, begin + chunk_elements) - begin;
+  const int64_t in_shard = static_cast<int64_t>(shard) * count + begin;
+  if (kind == kReduceScatter) {
+    reduce_range(dtype, inputs_.data(), size_, in_shard, &outputs_[shard], 1, begin, m, reduction);
+  } else {  // AllGather: rank `shard`'s piece, already in its own output (see run()), to the others'
+    const size_t element = dtype_size(dtype);
+    const uint8_t* piece = outputs_[shard] + in_shard * element;
+    for (int r = 0; r < size_; ++r)
+      if (r != shard) std::memcpy(outputs_[r] + in_shard * element, piece, static_cast<size_t>(m) * element);
+  }
+}
+
+bool NodeAllreduce::run(Kind kind, void* in, void* out, int64_t count, DType dtype, const std::string& reduction) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_aborted();
   const uint64_t call = ++calls_;
   const int64_t element = static_cast<int64_t>(dtype_size(dtype));
+  // Elements of this rank's input and output: `count` is the per-rank shard of the sharded kinds.
+  const int64_t in_count = kind == kReduceScatter ? count * size_ : count;
+  const int64_t out_count = kind == kAllGather ? count * size_ : count;
   Slot& mine = slot(call, rank_);
-  SharedLocation where;
-  const bool shareable = shared_memory::locate(data, count * element, &where);
-  mine.fd = where.fd;
-  mine.inode = where.inode;
-  mine.size = where.size;
-  mine.offset = where.offset;
+  bool shareable;
+  if (kind == kAllGather) {
+    // Each rank's piece goes first into its own place in its output, which the others copy from:
+    // only the outputs need be shared. (ZeRO-1 gathers the optimizer's updated slices, which it
+    // keeps outside the arena.)
+    uint8_t* own_place = static_cast<uint8_t*>(out) + static_cast<int64_t>(rank_) * count * element;
+    if (own_place != in) std::memmove(own_place, in, static_cast<size_t>(count * element));
+    mine.in = SharedLocation();
+    shareable = shared_memory::locate(out, out_count * element, &mine.out);
+  } else {
+    shareable = shared_memory::locate(in, in_count * element, &mine.in) &&
+                shared_memory::locate(out, out_count * element, &mine.out);
+  }
   mine.count = count;
+  mine.kind = kind;
   mine.dtype = static_cast<int32_t>(dtype);
   mine.reduction = reduction_code(reduction);
   mine.shareable = shareable ? 1 : 0;
   mine.call.store(call, std::memory_order_release);
 
   const int64_t chunk_elements = std::max<int64_t>(1, kChunkBytes / element);
-  const uint64_t chunks = static_cast<uint64_t>((count + chunk_elements - 1) / chunk_elements);
+  const uint64_t chunks_per_shard = static_cast<uint64_t>((count + chunk_elements - 1) / chunk_elements);
+  const uint64_t chunks = kind == kAllReduce ? chunks_per_shard : chunks_per_shard * static_cast<uint64_t>(size_);
   const uint64_t all_arrived = call * static_cast<uint64_t>(size_);
   if (control_->arrived.fetch_add(1) + 1 == all_arrived) {
     // The last to arrive wakes the sleepers to share the work if there is enough of it; a small
     // bucket it reduces alone, and they wake only at the end.
     if (chunks > 2) wake();
   } else {
-    wait_until([&] { return control_->arrived.load() >= all_arrived; }, "to arrive at", count, dtype);
+    wait_until([&] { return control_->arrived.load() >= all_arrived; }, "to arrive at", kind, count, dtype);
   }
 
   bool everyone_shares = true;
   for (int q = 0; q < size_; ++q) {
     const Slot& s = slot(call, q);
-    PDNG_CHECK(s.call.load(std::memory_order_acquire) == call, "shared-memory AllReduce: rank " + std::to_string(q) +
+    PDNG_CHECK(s.call.load(std::memory_order_acquire) == call, "shared-memory collective: rank " + std::to_string(q) +
                                                                   " announced another call (internal error)");
-    if (s.count != count || s.dtype != mine.dtype || s.reduction != mine.reduction)
-      throw Error("the ranks disagree on an AllReduce: rank " + std::to_string(rank_) + " reduces " +
-                  std::to_string(count) + " " + dtype_name(dtype) + " elements (" + reduction + "), rank " +
-                  std::to_string(q) + " " + std::to_string(s.count) + " " + dtype_name(static_cast<DType>(s.dtype)) +
-                  " elements (" + reduction_name(s.reduction) + ")");
+    if (s.kind != mine.kind || s.count != count || s.dtype != mine.dtype || s.reduction != mine.reduction)
+      throw Error("the ranks disagree on a collective: rank " + std::to_string(rank_) + " runs " + kind_name(kind) +
+                  " of " + std::to_string(count) + " " + dtype_name(dtype) + " elements (" + reduction + "), rank " +
+                  std::to_string(q) + " " + kind_name(s.kind) + " of " + std::to_string(s.count) + " " +
+                  dtype_name(static_cast<DType>(s.dtype)) + " elements (" + reduction_name(s.reduction) + ")");
     everyone_shares = everyone_shares && s.shareable;
   }
   if (!everyone_shares) return false;  // decided from the same slots on every rank
@@ -362,17 +425,23 @@ bool NodeAllreduce::allreduce(void* data, int64_t count, DType dtype, const std:
   uint64_t next = control_->next_chunk.load();
   // A rank that comes late may find every chunk taken, and its peers may have left the call (and
   // even ended): it maps them only if there is work left, which keeps them in the call.
-  if (next < last) map_peers(call, data);
+  if (next < last) map_peers(call, in, out);
   while (next < last) {
     if (!control_->next_chunk.compare_exchange_weak(next, next + 1)) continue;  // `next` reloaded
-    const int64_t begin = static_cast<int64_t>(next - first) * chunk_elements;
-    reduce_chunk(dtype, buffers_.data(), size_, begin, std::min(count, begin + chunk_elements), mine.reduction);
+    run_chunk(kind, dtype, count, next - first, chunk_elements, chunks_per_shard, mine.reduction);
     if (control_->chunks_done.fetch_add(1) + 1 == last) wake();
     next = control_->next_chunk.load();
   }
-  wait_until([&] { return control_->chunks_done.load() >= last; }, "to finish", count, dtype);
+  wait_until([&] { return control_->chunks_done.load() >= last; }, "to finish", kind, count, dtype);
   chunk_base_ = last;
+  collectives_run[kind].fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+int64_t node_collectives_run(const std::string& kind) {
+  for (int32_t k = 0; k < 3; ++k)
+    if (kind == kind_name(k)) return collectives_run[k].load(std::memory_order_relaxed);
+  throw Error("no collective kind '" + kind + "' (AllReduce, ReduceScatter or AllGather)");
 }
 
 NodeAllreduce* SharedNodePath::get(int rank, int size, bool wanted, const NodeAllreduce::Gather& gather) {

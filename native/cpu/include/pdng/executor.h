@@ -50,6 +50,12 @@ class Communicator {
   virtual void allgather(const void* in, void* out, int64_t count, DType dtype) {
     throw Error("this communicator has no native allgather");
   }
+  // For a communicator without supports_sharded: the pair over shared memory within the node, if it
+  // can. Collective; true if done, false (on every rank alike) leaves it to the fallback.
+  virtual bool sharded_over_node(bool reduce_scatter, const void* in, void* out, int64_t count, DType dtype,
+                                 const std::string& reduction) {
+    return false;
+  }
   // How allreduce() reaches the other ranks, for logs and tests.
   virtual std::string describe() const { return "native"; }
   // Whether the executor should place its arena in memory the other ranks of the node can map
