@@ -196,15 +196,15 @@ class Config:
             "ignores it (oneCCL chooses topology-aware algorithms itself).")
     shm_allreduce: bool = option(
         True,
-        summary="CPU backend, either transport: when every rank runs on one node, AllReduce over shared memory "
-                "(each rank's buckets mapped by the others, reduced in place); `false` keeps the transport's own "
-                "(see \"Shared-memory AllReduce\")",
+        summary="CPU backend, either transport: when every rank runs on one node, AllReduce (and ZeRO-1's "
+                "reduce-scatter and all-gather) over shared memory (each rank's buckets mapped by the others, reduced "
+                "in place); `false` keeps the transport's own (see \"Shared-memory AllReduce\")",
         doc="The CPU backend's native AllReduce over shared memory among the ranks of one node (true or false),\n"
             "with the mpi and the ccl transport alike: each rank's arena lives in an anonymous shared file that\n"
             "the other ranks map, and a bucket is reduced in place, in 64 KB chunks any rank may take, in rank\n"
             "order (the same bits on every rank). Used only when every rank can map every other's memory (one\n"
             "node, the same user); otherwise, or if any rank sets false, every rank uses the transport's own\n"
-            "AllReduce (MPI_Allreduce, or oneCCL's).")
+            "AllReduce (MPI_Allreduce, or oneCCL's). ZeRO-1's reduce-scatter and all-gather take the same path.")
     fallback: bool = option(
         True,
         summary="ops the engine lacks (and control flow) stay Paddle ops between engine segments; `false` refuses "
