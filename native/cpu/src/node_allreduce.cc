@@ -322,8 +322,9 @@ void NodeAllreduce::map_peers(uint64_t call, void* in, void* out) {
     }
     const Slot& s = slot(call, q);
     try {
-      inputs_[q] = s.in.fd < 0 ? nullptr : peers_.map(pids_[q], s.in.fd, s.in.inode, s.in.size) + s.in.offset;
       outputs_[q] = peers_.map(pids_[q], s.out.fd, s.out.inode, s.out.size) + s.out.offset;
+      if (in == out) inputs_[q] = outputs_[q];  // an AllReduce: the same buffer, mapped once
+      else inputs_[q] = s.in.fd < 0 ? nullptr : peers_.map(pids_[q], s.in.fd, s.in.inode, s.in.size) + s.in.offset;
     } catch (const std::exception& e) {
       abort("rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(q) + "'s buffers: " + e.what());
     }
@@ -385,6 +386,9 @@ bool NodeAllreduce::run(Kind kind, void* in, void* out, int64_t count, DType dty
     if (own_place != in) std::memmove(own_place, in, static_cast<size_t>(count * element));
     mine.in = SharedLocation();
     shareable = shared_memory::locate(out, out_count * element, &mine.out);
+  } else if (kind == kAllReduce) {  // in place: one buffer, looked up once
+    shareable = shared_memory::locate(in, in_count * element, &mine.in);
+    mine.out = mine.in;
   } else {
     shareable = shared_memory::locate(in, in_count * element, &mine.in) &&
                 shared_memory::locate(out, out_count * element, &mine.out);
