@@ -36,6 +36,13 @@ def get_backend(name: str, **options) -> "Backend":
     return _BACKENDS[key](**options)
 
 
+def backend_for(config) -> "Backend":
+    """The backend a configuration asks for (a ``Config``, read by attribute: ``backend``, default
+    ``default_backend()``; ``threads``; ``check_finite``), for static programs and dygraph alike."""
+    options = {"threads": config.threads, **({"check_finite": True} if config.check_finite else {})}
+    return get_backend(config.backend or default_backend(), **options)
+
+
 class Executable:
     function: Function
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 
-import numpy as np
 import paddle
 
+from ..config import Config
 from ..fleet.config import apply_log_level, resolve_config
 from .runner import LayerEngine, _view, check_options
 
@@ -26,17 +26,17 @@ log = logging.getLogger("paddle_ngraph.dygraph")
 _TRANSPORTS: dict = {}
 
 
-def shared_transport(config: dict):
+def shared_transport(config: Config):
     """One transport per process and kind: every wrapped Layer's collectives go over the same one."""
     from ..distributed import detect_launcher, make_transport
 
     info = detect_launcher()
-    key = (config["transport"], info.size)
+    key = (config.transport, info.size)
     if key not in _TRANSPORTS:
-        transport = make_transport(config["transport"], timeout_s=config["timeout_s"], info=info)
+        transport = make_transport(config.transport, timeout_s=config.timeout_s, info=info)
         if transport.size > 1:
-            transport.set_hierarchical(config["hierarchical"])
-            transport.shared_memory = config["shm_allreduce"]
+            transport.set_hierarchical(config.hierarchical)
+            transport.shared_memory = config.shm_allreduce
         _TRANSPORTS[key] = transport
     return _TRANSPORTS[key]
 
@@ -48,9 +48,9 @@ class DataParallel(paddle.nn.Layer):
 
     def __init__(self, layer, configs: dict | None = None, **options):
         super().__init__()
-        config = resolve_config({**(configs or {}), **options})
+        config = Config(**resolve_config({**(configs or {}), **options}))
         check_options(config)
-        apply_log_level(config["log_level"])
+        apply_log_level(config.log_level)
         self._layers = layer
         transport = shared_transport(config)
         self._engine = LayerEngine(layer, config, transport)

@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..frontend.dygraph import GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError, capture
 from ..frontend.session import STATE_PREFIX
-from ..passes.insert_allreduce import average_gradient_results
+from ..ir import Function
+from ..passes.pipeline import Facts, build_passes, run_pipeline
 
 log = logging.getLogger("paddle_ngraph.dygraph")
 
@@ -74,14 +75,11 @@ class Compiled:
         self.capture = cap
         self.engine = engine
         compiler = engine.compiler
-        forward = cap.forward
-        if engine.config.get("precision", "fp32") != "fp32":
-            from ..passes import PassManager
-            from ..passes.mixed_precision import MixedPrecision
-
-            for function in (forward, cap.backward):
-                if function is not None:
-                    PassManager([MixedPrecision(engine.config["precision"])]).run(function)
+        forward, config, nranks = cap.forward, engine.config, engine.transport.size
+        # The forward and the backward without collectives take the passes one rank takes (the
+        # optimizer is the user's, in Paddle: nothing else applies); the synchronizing backward
+        # takes the gradient AllReduce as well.
+        run_pipeline(forward, build_passes(config, 1))
         inplace = {STATE_PREFIX + n: n for n in cap.state}
         self.forward = compiler.compile(forward, inplace_results=inplace)
         results = list(forward.results)
@@ -95,12 +93,12 @@ class Compiled:
         self.pending = None  # the saved values of the last training forward, until its backward
         if cap.backward is not None:
             backward = cap.backward
+            run_pipeline(backward, build_passes(config, 1))
             self.backward_local = compiler.compile(backward)
             grads = [f"{GRAD_PREFIX}{p}" for p in cap.grads]
-            if engine.transport.size > 1 and grads:
-                config = engine.config
-                averaged = average_gradient_results(backward, grads, int(config["bucket_mb"] * (1 << 20)),
-                                                    config["min_buckets"], config["reduction"], config["compress"])
+            if nranks > 1 and grads:
+                averaged = Function(backward.parameters, backward.results, name=backward.name)
+                run_pipeline(averaged, build_passes(config, nranks, Facts(gradient_results=grads)))
                 self.backward_sync_function = averaged
                 self.backward_sync = compiler.compile(averaged)
             else:
@@ -186,14 +184,13 @@ class LayerEngine:
     its forward calls, ``updates`` the gradient synchronizations (backward passes with AllReduce)."""
 
     def __init__(self, layer, config: dict, transport):
-        from ..backends import default_backend, get_backend
+        from ..backends import backend_for
         from ..transpiler.engine import register_engine
 
         self.layer = layer
         self.config = config
         self.transport = transport
-        options = {"threads": config["threads"], **({"check_finite": True} if config["check_finite"] else {})}
-        self.compiler = get_backend(config["backend"] or default_backend(), **options)
+        self.compiler = backend_for(config)
         self.compiled: dict[tuple, Compiled | None] = {}
         self.refused: dict[tuple, str] = {}
         self.steps = 0
@@ -275,7 +272,7 @@ class LayerEngine:
             cap = capture(self.layer, args, training, wants_grad)
             compiled = Compiled(self, cap)
         except CaptureError as e:
-            if not self.config.get("fallback", True):
+            if not self.config.fallback:
                 raise
             self.refused[key] = str(e)
             if str(e) in self.refused.values() and list(self.refused.values()).count(str(e)) > 1:
@@ -324,7 +321,7 @@ class LayerEngine:
         for p, g in grads:
             by_dtype.setdefault(str(g.dtype), []).append(_view(g))
         for views in by_dtype.values():
-            reduced = self.transport.allreduce_many(views, self.config["reduction"], name="dygraph_grads")
+            reduced = self.transport.allreduce_many(views, self.config.reduction, name="dygraph_grads")
             for view, value in zip(views, reduced):
                 np.copyto(view, value, casting="no")
         self.updates += 1
@@ -391,7 +388,7 @@ class LayerEngine:
             handed = [g for g in grads if g is not None]
             if handed:
                 views = [_view(g) for g in handed]
-                reduced = self.transport.allreduce_many(views, self.config["reduction"], name="dygraph_new_grads")
+                reduced = self.transport.allreduce_many(views, self.config.reduction, name="dygraph_new_grads")
                 for view, value in zip(views, reduced):
                     np.copyto(view, value, casting="no")
             present = [params[n] for n, g in zip(cap.grads, grads) if g is None]
@@ -410,19 +407,19 @@ class LayerEngine:
 
 def check_options(config: dict):
     """Options of the static path that have no meaning here."""
-    if config.get("zero_stage", 0):
+    if config.zero_stage:
         raise ConfigError("zero_stage: 1 shards an optimizer the engine runs; in dygraph the optimizer is yours "
                           "and runs in Paddle, so zero_stage must be 0")
-    if config.get("accumulate_steps", 1) != 1:
+    if config.accumulate_steps != 1:
         raise ConfigError("accumulate_steps: in dygraph, accumulate with `with model.no_sync():` for the first k-1 "
                           "micro-batches (as with paddle.DataParallel); accumulate_steps must be 1")
-    if config.get("localsgd_k_steps", 0):
+    if config.localsgd_k_steps:
         raise ConfigError("localsgd_k_steps: local SGD is for static programs (the engine runs their optimizer "
                           "update); in dygraph the optimizer is yours, so localsgd_k_steps must be 0")
-    if config.get("recompute_checkpoints"):
+    if config.recompute_checkpoints:
         raise ConfigError("recompute_checkpoints: names forward variables of a static program; a dygraph Layer's "
                           "captured program has none to name (use paddle.distributed.fleet.utils.recompute in "
                           "the Layer instead); recompute_checkpoints must be empty")
-    if config.get("sync_batch_norm", False):
+    if config.sync_batch_norm:
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")

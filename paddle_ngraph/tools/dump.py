@@ -1,11 +1,12 @@
 """paddle-ngraph-dump: convert a Paddle program and dump the graph IR, optionally data-parallel.
 
 Reads a saved program (legacy ProgramDesc ``.pdmodel`` or a PIR program saved
-as ``.json``) or calls ``module:function`` returning a program, converts it
-with ``paddle_ngraph.convert``, runs ``InsertAllReduce`` for ``--nranks`` ranks
-through the pass manager and writes the function as JSON, text, Graphviz DOT or
-SVG. ``--report`` prints op coverage, parameter sizes, gradient buckets and the
-communication volume per step.
+as ``.json``) or calls ``module:function`` returning a program, and builds what
+``transpile`` builds for ``--nranks`` ranks under the configuration given (the
+same segment plan, conversion and pass pipeline: ``transpiler/lowering.py``),
+then writes the function as JSON, text, Graphviz DOT or SVG. ``--report`` prints
+op coverage, parameter sizes, gradient buckets and the communication volume per
+step; ``--segments`` the engine segments and the ops left to Paddle.
 
 Exit codes: 0 done; 2 bad usage or unreadable input (one line on stderr);
 3 unsupported Paddle ops (listed on stderr with their locations).
@@ -54,6 +55,13 @@ examples:
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --format svg -o mnist.svg
   paddle-ngraph-dump mnist.pdmodel --precision bf16 --report   # which nodes compute in bf16
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --passes dumps/   # dumps/NN_<pass>.json|.txt
+  paddle-ngraph-dump mnist.pdmodel --nranks 2 --config my.yaml --set accumulate_steps=4
+
+configuration:
+  the keys of paddle_ngraph.Config (configs/defaults.yaml), as transpile takes
+  them: --config FILE (YAML), then --set KEY=VALUE (repeatable, YAML values),
+  then the shortcut flags (--bucket-mb, --min-buckets, --zero-stage, --compress,
+  --precision); keys not given take Config's defaults, as in transpile.
 
 exit codes:
   0  done
@@ -80,14 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="print op coverage, parameter sizes, buckets and communication volume on stdout")
     p.add_argument("--nranks", type=int, default=1, help="data-parallel ranks; > 1 inserts AllReduce (default: 1)")
-    p.add_argument("--bucket-mb", type=float, default=32.0,
-                   help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient (default: 32)")
-    p.add_argument("--zero-stage", type=int, choices=(0, 1), default=0,
-                   help="1: shard the optimizer state (ZeRO-1: ReduceScatter, update of a slice, AllGather) (default: 0)")
-    p.add_argument("--compress", choices=("none", "bf16", "fp16"), default="none",
-                   help="wire format of float32 gradient AllReduce (as the compress config key; default: none)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="bf16: run the mixed-precision pass (as the precision config key): matmuls and "
+    p.add_argument("--config", metavar="FILE", help="YAML file of configuration keys (as PADDLE_NGRAPH_CONFIG)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="one configuration key (repeatable; the value is read as YAML), over --config")
+    p.add_argument("--bucket-mb", type=float,
+                   help="gradient bucket size in MiB for AllReduce fusion; 0: one AllReduce per gradient "
+                        "(the bucket_mb key; default: Config's, 32)")
+    p.add_argument("--min-buckets", type=int,
+                   help="at least this many gradient buckets (the min_buckets key; default: Config's, 4)")
+    p.add_argument("--zero-stage", type=int, choices=(0, 1),
+                   help="1: shard the optimizer state (ZeRO-1: ReduceScatter, update of a slice, AllGather) "
+                        "(the zero_stage key; default: 0)")
+    p.add_argument("--compress", choices=("none", "bf16", "fp16"),
+                   help="wire format of float32 gradient AllReduce (the compress key; default: none)")
+    p.add_argument("--precision", choices=("fp32", "bf16"),
+                   help="bf16: run the mixed-precision pass (the precision key): matmuls and "
                         "convolutions compute in bf16; the report lists them (default: fp32)")
     p.add_argument("--bandwidth", type=float, default=10.0,
                    help="link bandwidth in GB/s (1e9 bytes/s) for the ring lower bound (default: 10)")
@@ -97,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segments", action="store_true",
                    help="print how transpile splits the program: its engine segments and the ops left to Paddle "
                         "between them (the fallback), then exit")
+    p.add_argument("--segment", type=int, metavar="I",
+                   help="the engine segment to write when the program has several (default: all, in text; "
+                        "json, dot, svg and --report need one)")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     return p
 
@@ -204,19 +222,15 @@ def load_view(spec: str, ir: str | None, quiet: bool = True):
 
 
 # --- conversion and passes -------------------------------------------------------------------------
-def ir_ops_per_paddle_op(view) -> dict[str, Counter]:
-    """Paddle op type -> Counter of the IR op types its converter builds (block 0, converted op by op)."""
-    from ..frontend import SKIPPED_OPS, ConversionSession
+def ir_ops_per_paddle_op(session, ops, produced: dict | None = None) -> dict[str, Counter]:
+    """Paddle op type -> Counter of the IR op types its converter built, read from the conversion
+    ``session`` of a segment before its passes (each node counted for the first op reaching it)."""
     from ..ir.ops.core import Parameter
 
-    session = ConversionSession(view)
-    produced: dict[str, Counter] = defaultdict(Counter)
+    produced = defaultdict(Counter) if produced is None else produced
     seen: set[int] = set()
-    for op in view.ops:
-        if op.block != 0 or op.type in SKIPPED_OPS:
-            continue
-        session.convert_ops([op])
-        stack = [session.env[n].node for n in op.output_names() if n in session.env]
+    for op in ops:
+        stack = [value.node for value in session.produced.get(id(op), {}).values()]
         while stack:
             node = stack.pop()
             if node.id in seen or isinstance(node, Parameter):
@@ -445,6 +459,9 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
     reduces = [x for x in nodes if x.op_type == "AllReduce"]
     if n <= 1:
         return ["Data parallel: 1 rank, no AllReduce inserted (use --nranks N to insert them)"]
+    if allreduce_pass is None:
+        return [f"Data parallel: {n} ranks; no gradient AllReduce (local SGD averages the parameters instead: "
+                f"{len(reduces)} AllReduce node(s))"]
     bucket_bytes = int(args.bucket_mb * (1 << 20))
     lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
              f"reduction={allreduce_pass.reduction}, compress={allreduce_pass.compress}) inserted {len(reduces)} AllReduce node(s)"]
@@ -504,22 +521,16 @@ def _render_svg(dot_text: str, path: str):
         raise ToolError(f"{path}: Graphviz dot failed (exit {proc.returncode}): {_one_line(proc.stderr) or '-'}")
 
 
-def segment_lines(label: str, view) -> list[str]:
+def segment_lines(label: str, plan) -> list[str]:
     """The fallback plan of ``transpile`` (transpiler/segments.py), one block per segment and per
     run of ops left to Paddle, in program order."""
-    from collections import Counter
-
-    from ..transpiler.segments import plan_segments, refused_by_converters
-
-    refused = refused_by_converters(view)
-    plan = plan_segments(view, refused=refused)
     lines = [f"{PROG} segments: {label}: {len(plan.segments)} engine segment(s), {len(plan.fallback)} op(s) "
              f"left to Paddle"]
     events = [(seg.first.index, "segment", seg) for seg in plan.segments]
     events += [(op.index, "paddle", op) for op in plan.fallback]
     for _, kind, item in sorted(events, key=lambda e: (e[0], e[1] == "segment")):
         if kind == "paddle":
-            why = f"  ({refused[id(item)]})" if id(item) in refused else "  (no converter)"
+            why = f"  ({plan.refused[id(item)]})" if id(item) in plan.refused else "  (no converter)"
             lines.append(f"  paddle   op {item.index}: {item.type}{why}")
             continue
         seg = item
@@ -536,16 +547,61 @@ def segment_lines(label: str, view) -> list[str]:
     return lines
 
 
+def configuration(args):
+    """The ``Config`` the tool lowers with: --config, then --set, then the shortcut flags."""
+    import yaml
+
+    from ..config import Config
+    from ..errors import ConfigError
+    from ..fleet.config import load_yaml
+
+    values = load_yaml(args.config) if args.config else {}
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ToolError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            values[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as e:
+            raise ToolError(f"--set {item!r}: the value is not valid YAML: {' '.join(str(e).split())}") from None
+    flags = {"bucket_mb": args.bucket_mb, "min_buckets": args.min_buckets, "zero_stage": args.zero_stage,
+             "compress": args.compress, "precision": args.precision}
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return Config.build(values, PROG)
+    except ConfigError as e:
+        raise ToolError(_one_line(e)) from None
+
+
+def lower(view, config, nranks: int, dump_dir: str | None, with_table: bool):
+    """What ``transpile`` builds: the segment plan, then each segment converted and through the
+    pass pipeline. Returns (plan, lowered segments, per-op IR table or None)."""
+    from ..backends import backend_for
+    from ..transpiler.lowering import convert_segment, run_passes
+    from ..transpiler.segments import plan_segments, refused_by_converters
+
+    refused = refused_by_converters(view, backend_for(config)) if config.fallback else None
+    plan = plan_segments(view, refused=refused)
+    table = defaultdict(Counter) if with_table else None
+    unmade: set[str] = set()
+    parts = []
+    for seg in plan.segments:
+        converted = convert_segment(view, plan, seg, config, nranks, unmade)
+        if table is not None:
+            ir_ops_per_paddle_op(converted.session, seg.constants + seg.ops, table)
+        where = dump_dir if dump_dir is None or len(plan.segments) == 1 else os.path.join(dump_dir, f"segment_{seg.index}")
+        parts.append(run_passes(converted, config, nranks, where))
+    return plan, parts, table
+
+
 def run(args) -> int:
     from ..errors import NgraphError, UnsupportedOpsError
     from ..frontend import find_unsupported
     from ..ir import to_json, to_text
-    from ..passes import InsertAllReduce, PassManager
-    from .. import convert
 
     if args.nranks < 1:
         raise ToolError(f"--nranks must be >= 1, got {args.nranks}")
-    if args.bucket_mb < 0:
+    if args.bucket_mb is not None and args.bucket_mb < 0:
         raise ToolError(f"--bucket-mb must be >= 0, got {args.bucket_mb:g}")
     if args.bandwidth <= 0:
         raise ToolError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth:g}")
@@ -553,58 +609,57 @@ def run(args) -> int:
         raise ToolError("--format svg needs -o/--output FILE")
     if args.format == "svg" and shutil.which("dot") is None:
         raise ToolError(DOT_MISSING)
+    config = configuration(args)
 
     label, view = load_view(args.program, args.ir, quiet=not args.debug)
-    if args.segments:
-        _write(args.output, "\n".join(segment_lines(label, view)) + "\n")
-        return 0
-    unsupported = find_unsupported(view)
-    if unsupported:
+    unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
+    if unsupported and not args.segments and args.segment is None:
+        # Without a converter an op is left to Paddle: the graph is then a segment's (--segments
+        # shows the segments, --segment I writes one).
         if args.report:
             _write(None, f"{PROG} report: {label}\n" + "\n".join(coverage_lines(view, None)))
         error = UnsupportedOpsError(unsupported)
         error.label = label
         raise error
     try:
-        function = convert(view)
-        produced = ir_ops_per_paddle_op(view) if args.report else None
-    except UnsupportedOpsError as e:
-        e.label = label
-        raise
-    except Exception as e:  # ConversionError, or anything a converter raised
-        raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
-
-    allreduce = InsertAllReduce(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg",
-                                compress=args.compress)
-    passes = [allreduce]
-    if args.precision != "fp32":
-        from ..passes.mixed_precision import MixedPrecision
-
-        passes.insert(0, MixedPrecision(args.precision))
-    if args.zero_stage == 1:
-        from ..passes.shard_optimizer import ShardOptimizer
-
-        args.sharding = ShardOptimizer(args.nranks, bucket_bytes=int(args.bucket_mb * (1 << 20)), reduction="avg")
-        passes.insert(len(passes) - 1, args.sharding)
-    try:
-        PassManager(passes, dump_dir=args.passes).run(function)
+        plan, parts, table = lower(view, config, args.nranks, args.passes, with_table=args.report)
     except OSError as e:
         where = e.filename or args.passes or os.environ.get("PADDLE_NGRAPH_DUMP_PASSES", "")
         raise ToolError(f"{where}: cannot dump passes: {e.strerror or _first_line(e)}") from None
+    except UnsupportedOpsError as e:
+        e.label = label
+        raise
     except NgraphError as e:
         raise ToolError(f"{label}: {_one_line(e)}") from None
-
+    except Exception as e:  # anything a converter raised
+        raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
+    if args.segments:
+        lines = segment_lines(label, plan)
+        for part in parts:
+            lines += ["", to_text(part.function)]
+        _write(args.output, "\n".join(lines) + "\n")
+        return EXIT_OK
+    if args.segment is not None and not 0 <= args.segment < len(parts):
+        raise ToolError(f"--segment {args.segment}: the program has {len(parts)} engine segment(s)")
+    chosen = parts if args.segment is None else [parts[args.segment]]
+    if len(chosen) > 1 and (args.format != "text" or args.report):
+        raise ToolError(f"{label}: the program runs as {len(chosen)} engine segments (--segments shows them); "
+                        f"choose one with --segment I for --format {args.format}"
+                        + (" and --report" if args.report else ""))
     if args.output or not args.report:
         if args.format == "json":
-            _write(args.output, to_json(function))
+            _write(args.output, to_json(chosen[0].function))
         elif args.format == "text":
-            _write(args.output, to_text(function))
+            _write(args.output, "\n\n".join(to_text(part.function) for part in chosen))
         elif args.format == "dot":
-            _write(args.output, to_dot(function))
+            _write(args.output, to_dot(chosen[0].function))
         else:
-            _render_svg(to_dot(function), args.output)
+            _render_svg(to_dot(chosen[0].function), args.output)
     if args.report:
-        _write(None, report(label, view, function, produced, args, allreduce))
+        lowered = chosen[0].lowered
+        shown = argparse.Namespace(nranks=args.nranks, bandwidth=args.bandwidth, bucket_mb=config.bucket_mb,
+                                   precision=config.precision, sharding=lowered.sharding)
+        _write(None, report(label, view, lowered.function, table, shown, lowered.allreduce))
     return EXIT_OK
 
 

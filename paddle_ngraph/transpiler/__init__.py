@@ -13,21 +13,16 @@ import logging
 from collections.abc import Mapping
 
 from .. import _bridge
-from ..backends import get_backend
+from ..backends import backend_for
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
-from ..errors import ConfigError, ConversionError, UnsupportedOpsError
-from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_unsupported, loss_name
-from ..passes import InsertAllReduce, PassManager
-from ..passes.insert_allreduce import average_results
-from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
-from ..passes.mixed_precision import MixedPrecision
-from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
-from ..passes.recompute import Recompute
-from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
+from ..errors import ConfigError, UnsupportedOpsError
+from ..frontend import FORWARD, decode, find_unsupported
+from ..passes.pipeline import inplace_results
+from ..passes.shard_optimizer import SHARD_PREFIX
 from . import engine_op, originals
 from .engine import Engine, engines
 from .engine_op import is_engine_op
-from .gradients import raw_gradients
+from .lowering import lower_segment
 from .rewrite import rewrite_legacy, rewrite_pir
 from .segments import plan_segments, refused_by_converters
 from .sharded_state import ShardedState
@@ -98,8 +93,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if unsupported and not config.fallback:
         raise UnsupportedOpsError(unsupported)
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
-    backend_options = {"threads": config.threads, **({"check_finite": True} if config.check_finite else {})}
-    compiler = get_backend(config.backend, **backend_options)
+    compiler = backend_for(config)
     plan = plan_segments(view, fetch_list, refused=refused_by_converters(view, compiler) if config.fallback else None)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
@@ -117,14 +111,10 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
         transport.shared_memory = config.shm_allreduce
-    settings = {key: getattr(config, key) for key in ("bucket_mb", "reduction", "min_buckets", "zero_stage",
-                                                      "compress", "accumulate_steps", "accumulate_avg",
-                                                      "timeout_s", "sync_batch_norm", "localsgd_k_steps",
-                                                      "localsgd_begin_step", "localsgd_adaptive", "precision")}
-    settings["recompute_checkpoints"] = checkpoints
     handover: dict = {}
-    engines = [_build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered=i > 0)
-               for i, seg in enumerate(plan.segments)]
+    unmade: set[str] = set()
+    engines = [_build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
+                             ordered=i > 0) for i, seg in enumerate(plan.segments)]
     if checkpoints and not any(e.recomputed for e in engines):
         log.warning("%s: recompute_checkpoints %s: no forward value is computed before them and read by the "
                     "backward pass, so nothing is recomputed", view.source, ", ".join(checkpoints))
@@ -180,130 +170,38 @@ transpile.__doc__ = transpile.__doc__.replace("{keys}", "\n    ".join(
     for f in FIELDS.values()))
 
 
-def _build_engine(view, seg, compiler, transport, timeline, handover, settings, ordered: bool) -> Engine:
-    """Converts one segment, runs the collective passes on it, compiles it and registers its engine."""
+def _build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
+                  ordered: bool) -> Engine:
+    """Lowers one segment (conversion and passes), compiles its functions and registers its engine."""
     from ..distributed import initial_sync
 
-    session = ConversionSession(view, sync_batch_norm=settings["sync_batch_norm"] and transport.size > 1,
-                                nranks=transport.size)
-    # Values an earlier segment's converters did not make (an input its reader's converter
-    # ignores, such as batch_norm_grad's reserve_space) are not handed over.
-    unmade = settings.setdefault("unmade", set())
-    seg.handed_in = [n for n in seg.handed_in if n not in unmade]
-    for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
-        session.value(name)
-    session.convert_ops(seg.constants + seg.ops)
-    unmade.update(n for n in seg.handed_out if n not in session.env)
-    seg.handed_out = [n for n in seg.handed_out if n in session.env]
-    missing = [n for n in seg.outputs if n not in session.env]
-    if missing:
-        raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
-                              f"the engine's converters do not make; run with fallback=False to see the ops")
-    function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=f"ngraph_engine_{seg.index}")
-    if settings["precision"] != "fp32":
-        # First of all, so that every variant built below (recomputed copies, the accumulate and
-        # local SGD functions) copies the marks with the nodes.
-        mixed = MixedPrecision(settings["precision"])
-        PassManager([mixed]).run(function)
-        log.info("engine segment %d: %d node(s) compute in %s (precision)", seg.index, len(mixed.marked),
-                 settings["precision"])
-    localsgd_on = settings["localsgd_k_steps"] > 0
-    if localsgd_on and seg.allreduce:
-        raise ConfigError(f"localsgd_k_steps (local SGD) needs the optimizer updates on the engine; the updates of "
-                          f"{', '.join(seg.allreduce)} fall back to Paddle")
-    recompute = None
-    if settings["recompute_checkpoints"]:
-        # First, so that the variants and collective passes below all see the copies.
-        made = {name: value for op in seg.ops if op.role == FORWARD
-                for name, value in session.produced.get(id(op), {}).items()}
-        values = [made[n] for n in settings["recompute_checkpoints"] if n in made]
-        if values:
-            recompute = Recompute(values, session.forward_ids)
-            PassManager([recompute]).run(function)
-    if seg.allreduce and transport.size > 1:
-        function = average_results(function, seg.allreduce, settings["reduction"], settings["compress"])
-    skip = {n for n, v in view.vars.items() if v.is_distributed}
-    localsgd = None
-    if localsgd_on:
-        supported_updates(function)  # refuses what Paddle's local SGD does not cover, on one process too
-    if localsgd_on and transport.size > 1:  # as Paddle's _can_apply: one rank trains as it is
-        if settings["localsgd_adaptive"]:
-            function = with_adaptive_results(function, _loss_value(view, session))
-        local = build_local(function)
-        function, params, snapshots = build_sync(function, transport.size, int(settings["bucket_mb"] * (1 << 20)),
-                                                 settings["min_buckets"], skip)
-        localsgd = LocalSGD(settings["localsgd_k_steps"], settings["localsgd_begin_step"],
-                            settings["localsgd_adaptive"], local, params, snapshots)
-        PassManager([]).run(local)  # validates (and dumps, if asked)
-    original = function
-    accumulate_steps, zero_stage = settings["accumulate_steps"], settings["zero_stage"]
-    if accumulate_steps > 1:
-        # The apply variant takes the function's place: the collective passes below rewrite it
-        # (AllReduce, or ZeRO-1's reduce-scatter/update/allgather of the averaged accumulated
-        # gradients); the accumulate variant, built after them, has no collective.
-        function, accumulators = build_apply(original, accumulate_steps, settings["accumulate_avg"])
-    passes, sharding = [], None
-    if transport.size > 1 and localsgd is None:  # local SGD averages parameters, not gradients
-        buckets = dict(bucket_bytes=int(settings["bucket_mb"] * (1 << 20)), reduction=settings["reduction"],
-                       skip_params=skip, min_buckets=settings["min_buckets"])
-        if zero_stage == 1:
-            sharding = ShardOptimizer(transport.size, **buckets)
-            passes.append(sharding)
-        passes.append(InsertAllReduce(transport.size, compress=settings["compress"],
-                                      raw_gradients=_raw_gradient_values(view, seg, session), **buckets))
-    PassManager(passes).run(function)
+    lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints).lowered
+    function = lowered.function
+    compile_ = lambda f: compiler.compile(f, inplace_results=inplace_results(f))  # noqa: E731
     sharded = None
-    if sharding is not None and sharding.buckets:
+    if lowered.sharding is not None and lowered.sharding.buckets:
         slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
-        sharded = ShardedState(sharding.buckets, slices, transport.rank, transport.size)
-    accumulation = None
-    if accumulate_steps > 1:
-        inputs = [p.name for p in function.parameters
-                  if p.attrs["role"] != "accumulator" and not p.name.startswith(SHARD_PREFIX)]
-        accumulate = build_accumulate(original, inputs)
-        PassManager([]).run(accumulate)  # validates (and dumps, if asked)
-        accumulation = Accumulation(accumulate_steps, accumulate, accumulators)
-    executable = compiler.compile(function, inplace_results=_inplace_results(function))
-    accumulate_executable = None
-    local_executable = compiler.compile(localsgd.local, inplace_results=_inplace_results(localsgd.local)) \
-        if localsgd else None
-    if accumulation:
-        accumulate_executable = compiler.compile(accumulation.accumulate,
-                                                 inplace_results=_inplace_results(accumulation.accumulate))
+        sharded = ShardedState(lowered.sharding.buckets, slices, transport.rank, transport.size)
+    accumulation, localsgd = lowered.accumulation(), lowered.local_sgd(config)
     watchdog = None
     if transport.size > 1:
         from ..distributed.watchdog import watchdog_for
 
-        watchdog = watchdog_for(transport, settings["timeout_s"])
-    outputs = [n for n in seg.outputs]
-    order_inputs = (1 if ordered else 0) + len(seg.after)
-    engine = Engine(function, executable, outputs, transport=transport,
+        watchdog = watchdog_for(transport, config.timeout_s)
+    engine = Engine(function, compile_(function), list(seg.outputs), transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
-                    timeline=timeline, accumulation=accumulation, accumulate_executable=accumulate_executable,
-                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out, order_inputs=order_inputs,
-                    localsgd=localsgd, local_executable=local_executable)
-    engine.recomputed = recompute.recomputed if recompute is not None else []
+                    timeline=timeline, accumulation=accumulation,
+                    accumulate_executable=compile_(accumulation.accumulate) if accumulation else None,
+                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out,
+                    order_inputs=(1 if ordered else 0) + len(seg.after),
+                    localsgd=localsgd, local_executable=compile_(localsgd.local) if localsgd else None)
+    engine.recomputed = lowered.recomputed
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
                  len(engine.recomputed))
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
-
-
-def _loss_value(view, session):
-    """The IR value of the loss the backward pass starts from, for adaptive local SGD. The loss op
-    itself is usually a forward sink left to Paddle for fetching: it is converted here once more."""
-    name = loss_name(view)
-    if name is None:
-        raise ConfigError("localsgd_adaptive: no loss found (the backward pass's seed, the gradient of the loss, "
-                          "is not in the program's main block); adaptive local SGD reads the loss")
-    if name not in session.env:
-        producer = next((op for op in view.ops if op.block == 0 and name in op.output_names()), None)
-        if producer is None or not all(n in session.env for n in producer.input_names()):
-            raise ConfigError(f"localsgd_adaptive: the loss '{name}' is not computed by the engine")
-        session.convert_ops([producer])
-    return session.env[name]
 
 
 def checkpoint_name(view, handle) -> str:
@@ -362,33 +260,3 @@ def release(program) -> int:
         _bridge.unregister_engine(int(engine_id))
     originals.forget(program)
     return len(ids)
-
-
-def _raw_gradient_values(view, seg, session) -> dict:
-    """Parameter name -> the IR value of its raw gradient (before clipping), for the updates of
-    this segment that read a processed one (gradients.py)."""
-    from ..ir.ops.optimizer import OptimizerUpdate
-
-    values = {}
-    for update_id, (producer, name) in raw_gradients(view, seg.ops).items():
-        update = next((o.node for o in session.produced.get(update_id, {}).values()
-                       if isinstance(o.node, OptimizerUpdate)), None)
-        if update is None:
-            continue
-        if producer is not None and id(producer) in session.produced:
-            raw = session.produced[id(producer)].get(name)
-        else:
-            raw = session.initial[name].output() if name in session.initial else None
-        if raw is not None:
-            values[update.inputs[update.param_input].node.name] = raw
-    return values
-
-
-def _inplace_results(function) -> dict[str, str]:
-    """Results that replace a parameter's value (state, accumulators): the backend may write them
-    into that parameter's buffer."""
-    names = {p.name for p in function.parameters}
-    inplace = {r: r[len(STATE_PREFIX):] for r in function.results
-               if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
-    inplace.update({r: r for r in function.results if r.startswith(ACCUMULATOR_PREFIX) and r in names})
-    return inplace

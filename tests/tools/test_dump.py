@@ -64,7 +64,7 @@ def test_text_to_stdout(saved, capsys, ir):
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
 def test_json_reads_back_to_an_equal_function(saved, capsys, tmp_path, ir):
     out_path = tmp_path / "f.json"
-    rc, out, err = run_tool(capsys, saved[ir], "--format", "json", "-o", out_path, "--nranks", "2")
+    rc, out, err = run_tool(capsys, saved[ir], "--format", "json", "-o", out_path, "--nranks", "2", "--min-buckets", "1")
     assert rc == 0 and out == "" and err == ""
     text = out_path.read_text()
     function = from_json(text)
@@ -131,7 +131,7 @@ def test_report_lists_op_types_and_parameters(saved, capsys, ir, ops):
 
 def test_nranks_2_text_and_report(saved, capsys, tmp_path):
     text = tmp_path / "f.txt"
-    rc, out, _ = run_tool(capsys, saved["legacy"], "--nranks", "2", "--report", "-o", text)
+    rc, out, _ = run_tool(capsys, saved["legacy"], "--nranks", "2", "--min-buckets", "1", "--report", "-o", text)
     assert rc == 0
     graph = text.read_text()
     assert "AllReduce(" in graph and "bucket='grad_bucket_0'" in graph and "reduction='avg'" in graph
@@ -287,7 +287,7 @@ def test_script_help():
 def test_zero_stage_1_shows_reduce_scatter_slices_and_state_per_rank(capsys, tmp_path):
     main, *_ = build_program("mnist_mlp", "adam")
     paddle.base.core.serialize_pir_program(main, str(tmp_path / "adam.json"), 1, True, False, True)
-    rc, out, _ = run_tool(capsys, tmp_path / "adam.json", "--nranks", "4", "--zero-stage", "1", "--report")
+    rc, out, _ = run_tool(capsys, tmp_path / "adam.json", "--nranks", "4", "--min-buckets", "1", "--zero-stage", "1", "--report")
     assert rc == 0, out
     assert "inserted 0 AllReduce node(s)" in out and "reduce-scattered instead (ZeRO-1, below)" in out
     assert "ZeRO-1: 1 bucket(s) reduce-scattered" in out

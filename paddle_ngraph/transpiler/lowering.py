@@ -1,0 +1,135 @@
+"""One engine segment from Paddle ops to the functions its engine runs: conversion, then the pass
+pipeline (passes/pipeline.py). ``transpile`` compiles what this returns; ``paddle-ngraph-dump``
+prints it, so the tool shows the graph that ``transpile`` runs."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..errors import ConfigError, ConversionError
+from ..frontend import FORWARD, ConversionSession, loss_name
+from ..ir import Function
+from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
+from .gradients import raw_gradients
+from .segments import Plan, Segment
+
+log = logging.getLogger("paddle_ngraph.transpiler")
+
+
+@dataclass
+class LoweredSegment:
+    segment: Segment
+    session: ConversionSession
+    lowered: Lowered
+
+    @property
+    def function(self) -> Function:
+        return self.lowered.function
+
+
+def function_name(plan: Plan, segment: Segment) -> str:
+    """``main`` for a program the engine runs whole, ``main_<i>`` for each of several segments."""
+    return "main" if len(plan.segments) == 1 else f"main_{segment.index}"
+
+
+@dataclass
+class ConvertedSegment:
+    """A segment's function as its converters made it, before the passes."""
+    segment: Segment
+    session: ConversionSession
+    function: Function
+    facts: Facts
+
+
+def lower_plan(view, plan: Plan, config, nranks: int, checkpoints=(), dump_dir: str | None = None) \
+        -> list[LoweredSegment]:
+    """Every segment of ``plan``, converted and through its passes, in order (a segment reads what
+    the earlier ones made)."""
+    unmade: set[str] = set()
+    return [lower_segment(view, plan, seg, config, nranks, unmade, checkpoints, dump_dir) for seg in plan.segments]
+
+
+def lower_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=(),
+                  dump_dir: str | None = None) -> LoweredSegment:
+    """Converts one segment and runs the pass pipeline on it (``unmade``: see ``convert_segment``)."""
+    converted = convert_segment(view, plan, seg, config, nranks, unmade, checkpoints)
+    return run_passes(converted, config, nranks, dump_dir)
+
+
+def run_passes(converted: ConvertedSegment, config, nranks: int, dump_dir: str | None = None) -> LoweredSegment:
+    lowered = run_pipeline(converted.function, build_passes(config, nranks, converted.facts), dump_dir)
+    if lowered.marked:
+        log.info("engine segment %d: %d node(s) compute in %s (precision)", converted.segment.index,
+                 len(lowered.marked), config.precision)
+    return LoweredSegment(converted.segment, converted.session, lowered)
+
+
+def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=()) \
+        -> ConvertedSegment:
+    """Converts one segment's ops into its function. ``unmade``: values earlier segments'
+    converters did not make (updated), which are then not handed over."""
+    session = ConversionSession(view, sync_batch_norm=config.sync_batch_norm and nranks > 1, nranks=nranks)
+    # Values an earlier segment's converters did not make (an input its reader's converter
+    # ignores, such as batch_norm_grad's reserve_space) are not handed over.
+    seg.handed_in = [n for n in seg.handed_in if n not in unmade]
+    for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
+        session.value(name)
+    session.convert_ops(seg.constants + seg.ops)
+    unmade.update(n for n in seg.handed_out if n not in session.env)
+    seg.handed_out = [n for n in seg.handed_out if n in session.env]
+    missing = [n for n in seg.outputs if n not in session.env]
+    if missing:
+        raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
+                              f"the engine's converters do not make; run with fallback=False to see the ops")
+    function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=function_name(plan, seg))
+    facts = Facts(averaged_results=list(seg.allreduce),
+                  raw_gradients=_raw_gradient_values(view, seg, session) if nranks > 1 else {},
+                  skip_params={n for n, v in view.vars.items() if v.is_distributed},
+                  recompute=_recompute_values(seg, session, checkpoints),
+                  loss=lambda: _loss_value(view, session))
+    return ConvertedSegment(seg, session, function, facts)
+
+
+def _recompute_values(seg: Segment, session: ConversionSession, checkpoints):
+    """The checkpoints' IR values among this segment's forward values, and the forward node ids;
+    None without checkpoints."""
+    if not checkpoints:
+        return None
+    made = {name: value for op in seg.ops if op.role == FORWARD
+            for name, value in session.produced.get(id(op), {}).items()}
+    return [made[n] for n in checkpoints if n in made], session.forward_ids
+
+
+def _loss_value(view, session):
+    """The IR value of the loss the backward pass starts from, for adaptive local SGD. The loss op
+    itself is usually a forward sink left to Paddle for fetching: it is converted here once more."""
+    name = loss_name(view)
+    if name is None:
+        raise ConfigError("localsgd_adaptive: no loss found (the backward pass's seed, the gradient of the loss, "
+                          "is not in the program's main block); adaptive local SGD reads the loss")
+    if name not in session.env:
+        producer = next((op for op in view.ops if op.block == 0 and name in op.output_names()), None)
+        if producer is None or not all(n in session.env for n in producer.input_names()):
+            raise ConfigError(f"localsgd_adaptive: the loss '{name}' is not computed by the engine")
+        session.convert_ops([producer])
+    return session.env[name]
+
+
+def _raw_gradient_values(view, seg, session) -> dict:
+    """Parameter name -> the IR value of its raw gradient (before clipping), for the updates of
+    this segment that read a processed one (gradients.py)."""
+    from ..ir.ops.optimizer import OptimizerUpdate
+
+    values = {}
+    for update_id, (producer, name) in raw_gradients(view, seg.ops).items():
+        update = next((o.node for o in session.produced.get(update_id, {}).values()
+                       if isinstance(o.node, OptimizerUpdate)), None)
+        if update is None:
+            continue
+        if producer is not None and id(producer) in session.produced:
+            raw = session.produced[id(producer)].get(name)
+        else:
+            raw = session.initial[name].output() if name in session.initial else None
+        if raw is not None:
+            values[update.inputs[update.param_input].node.name] = raw
+    return values
