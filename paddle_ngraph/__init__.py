@@ -14,7 +14,7 @@ from .api import convert, unsupported_ops  # noqa: E402
 from .config import Config  # noqa: E402
 from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 from .errors import (ConfigError, ConversionError, ExecutionError, NgraphError, PaddleVersionError,  # noqa: E402
-                     ProgramFileError, SerializationError, TransportError, UnsupportedOpsError, ValidationError)
+                     ProgramFileError, RefusedOpError, SerializationError, TransportError, UnsupportedOpsError, ValidationError)
 
 __version__ = "0.1.0"
 
@@ -66,5 +66,5 @@ def release(program) -> int:
 
 __all__ = ["Config", "convert", "unsupported_ops", "transpile", "engines", "DataParallel", "release", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "CheckpointError", "NgraphError", "ValidationError", "ConversionError",
-           "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
+           "RefusedOpError", "UnsupportedOpsError", "ProgramFileError", "SerializationError", "ExecutionError", "TransportError",
            "ConfigError", "PaddleVersionError", "__version__"]

@@ -17,6 +17,12 @@ class ConversionError(NgraphError):
     """A Paddle op that could not be converted; names the op and its location."""
 
 
+class RefusedOpError(ConversionError):
+    """A converter that cannot convert this op as it is (an attribute value, a dynamic dimension, a
+    dtype it does not handle); names the op, its location and why. With fallback the op stays
+    with Paddle; any other exception in a converter is a bug and is raised, naming the op."""
+
+
 class UnsupportedOpsError(ConversionError):
     """One or more Paddle op types have no converter. Lists all of them at once."""
 

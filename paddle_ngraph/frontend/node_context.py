@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConversionError
+from ..errors import ConversionError, RefusedOpError
 from ..ir import Output
 from ..ir.bfloat16 import widen
 from ..ir.ops.core import Constant
@@ -29,7 +29,8 @@ class NodeContext:
 
     # --- errors --------------------------------------------------------------------------
     def fail(self, message: str) -> ConversionError:
-        return ConversionError(f"{self.op.location()}: {message}")
+        """The converter's refusal of this op as it is (raise it): the op falls back to Paddle."""
+        return RefusedOpError(f"{self.op.location()}: {message}")
 
     # --- inputs --------------------------------------------------------------------------
     def _slot(self, table: dict, names) -> list | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..errors import ConversionError, UnsupportedOpsError
+from ..errors import ConversionError, UnsupportedOpsError, ValidationError
 from ..ir import Function, Output
 from ..ir.ops.core import Parameter
 from .node_context import NodeContext
@@ -80,14 +80,27 @@ class ConversionSession:
         for op in ops:
             if op.type in SKIPPED_OPS:
                 continue
-            ctx = NodeContext(op, self)
-            try:
-                OP_TABLE[op.type](ctx)
-            except ConversionError:
-                raise
-            except Exception as e:  # includes ValidationError of the nodes the converter built
-                raise ConversionError(f"{op.location()}: {type(e).__name__}: {e}") from e
-            self._note_nodes(op)
+            refusal = self.try_convert(op)
+            if refusal is not None:
+                raise refusal
+
+    def try_convert(self, op) -> ConversionError | None:
+        """Converts one op; returns the converter's refusal (a ``RefusedOpError``, or a
+        ``ValidationError`` of the nodes it built, as a ConversionError naming the op), None once
+        converted. Any other exception is a bug of the converter: raised, naming the op."""
+        try:
+            OP_TABLE[op.type](NodeContext(op, self))
+        except ConversionError as e:
+            return e
+        except ValidationError as e:  # the IR refuses the nodes (a shape, a dtype): a refusal too
+            error = ConversionError(f"{op.location()}: {type(e).__name__}: {e}")
+            error.__cause__ = e
+            return error
+        except Exception as e:
+            raise ConversionError(f"{op.location()}: the converter of {op.type} failed with {type(e).__name__}: "
+                                  f"{e} (a bug in paddle_ngraph: please report it with this message)") from e
+        self._note_nodes(op)
+        return None
 
     def _note_nodes(self, op):
         """Marks the nodes this op's converter made (those its outputs reach that no earlier op's

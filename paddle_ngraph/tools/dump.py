@@ -577,16 +577,14 @@ def lower(view, config, nranks: int, dump_dir: str | None, with_table: bool):
     """What ``transpile`` builds: the segment plan, then each segment converted and through the
     pass pipeline. Returns (plan, lowered segments, per-op IR table or None)."""
     from ..backends import backend_for
-    from ..transpiler.lowering import convert_segment, run_passes
-    from ..transpiler.segments import plan_segments, refused_by_converters
+    from ..transpiler.lowering import convert_segment, plan_program, run_passes
 
-    refused = refused_by_converters(view, backend_for(config)) if config.fallback else None
-    plan = plan_segments(view, refused=refused)
+    plan, whole = plan_program(view, config, nranks, backend_for(config))
     table = defaultdict(Counter) if with_table else None
     unmade: set[str] = set()
     parts = []
     for seg in plan.segments:
-        converted = convert_segment(view, plan, seg, config, nranks, unmade)
+        converted = convert_segment(view, plan, seg, config, nranks, unmade, converted=whole)
         if table is not None:
             ir_ops_per_paddle_op(converted.session, seg.constants + seg.ops, table)
         where = dump_dir if dump_dir is None or len(plan.segments) == 1 else os.path.join(dump_dir, f"segment_{seg.index}")

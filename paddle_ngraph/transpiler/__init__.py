@@ -22,9 +22,8 @@ from ..passes.shard_optimizer import SHARD_PREFIX
 from . import engine_op, originals
 from .engine import Engine, engines
 from .engine_op import is_engine_op
-from .lowering import lower_segment
+from .lowering import lower_segment, plan_program
 from .rewrite import rewrite_legacy, rewrite_pir
-from .segments import plan_segments, refused_by_converters
 from .sharded_state import ShardedState
 
 __all__ = ["transpile", "engines", "release", "Config"]
@@ -94,8 +93,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         raise UnsupportedOpsError(unsupported)
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
     compiler = backend_for(config)
-    plan = plan_segments(view, fetch_list, refused=refused_by_converters(view, compiler) if config.fallback else None)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
+    plan, converted = plan_program(view, config, transport.size, compiler, fetch_list)
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
         what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
                 else "localsgd_k_steps (local SGD)")
@@ -114,7 +113,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     handover: dict = {}
     unmade: set[str] = set()
     engines = [_build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
-                             ordered=i > 0) for i, seg in enumerate(plan.segments)]
+                             converted, ordered=i > 0) for i, seg in enumerate(plan.segments)]
     if checkpoints and not any(e.recomputed for e in engines):
         log.warning("%s: recompute_checkpoints %s: no forward value is computed before them and read by the "
                     "backward pass, so nothing is recomputed", view.source, ", ".join(checkpoints))
@@ -170,12 +169,12 @@ transpile.__doc__ = transpile.__doc__.replace("{keys}", "\n    ".join(
     for f in FIELDS.values()))
 
 
-def _build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
+def _build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade, converted,
                   ordered: bool) -> Engine:
     """Lowers one segment (conversion and passes), compiles its functions and registers its engine."""
     from ..distributed import initial_sync
 
-    lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints).lowered
+    lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints, converted).lowered
     function = lowered.function
     compile_ = lambda f: compiler.compile(f, inplace_results=inplace_results(f))  # noqa: E731
     sharded = None

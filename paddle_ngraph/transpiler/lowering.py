@@ -11,7 +11,7 @@ from ..frontend import FORWARD, ConversionSession, loss_name
 from ..ir import Function
 from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
 from .gradients import raw_gradients
-from .segments import Plan, Segment
+from .segments import Plan, Segment, plan_segments, refused_by_converters
 
 log = logging.getLogger("paddle_ngraph.transpiler")
 
@@ -41,19 +41,38 @@ class ConvertedSegment:
     facts: Facts
 
 
-def lower_plan(view, plan: Plan, config, nranks: int, checkpoints=(), dump_dir: str | None = None) \
-        -> list[LoweredSegment]:
-    """Every segment of ``plan``, converted and through its passes, in order (a segment reads what
-    the earlier ones made)."""
-    unmade: set[str] = set()
-    return [lower_segment(view, plan, seg, config, nranks, unmade, checkpoints, dump_dir) for seg in plan.segments]
+def new_session(view, config, nranks: int) -> ConversionSession:
+    return ConversionSession(view, sync_batch_norm=config.sync_batch_norm and nranks > 1, nranks=nranks)
+
+
+def plan_program(view, config, nranks: int, backend, fetch_list=()) -> tuple[Plan, ConversionSession | None]:
+    """The segment plan of block 0, converting the program once.
+
+    The plan is first cut as if every converter accepted its op; with ``fallback`` the program is
+    then converted op by op, each refusal (of a converter, or of the ``backend`` that will run the
+    nodes) recorded, and the plan cut again if there were any. When the engine runs the program
+    whole, as one segment, that conversion is the segment's (its parameters created first, in the
+    segment's input order): the session is returned, and the segment is not converted again.
+    Without ``fallback`` nothing is tried: a refusal is raised by the segment's conversion."""
+    plan = plan_segments(view, fetch_list)
+    if not config.fallback:
+        return plan, None
+    session = new_session(view, config, nranks)
+    whole = len(plan.segments) == 1 and not plan.fallback
+    if whole:
+        for name in plan.segments[0].inputs:
+            session.value(name)
+    refused = refused_by_converters(view, backend, session)
+    if refused:
+        return plan_segments(view, fetch_list, refused), None
+    return plan, session if whole else None
 
 
 def lower_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=(),
-                  dump_dir: str | None = None) -> LoweredSegment:
-    """Converts one segment and runs the pass pipeline on it (``unmade``: see ``convert_segment``)."""
-    converted = convert_segment(view, plan, seg, config, nranks, unmade, checkpoints)
-    return run_passes(converted, config, nranks, dump_dir)
+                  converted: ConversionSession | None = None, dump_dir: str | None = None) -> LoweredSegment:
+    """Converts one segment and runs the pass pipeline on it (see ``convert_segment``)."""
+    return run_passes(convert_segment(view, plan, seg, config, nranks, unmade, checkpoints, converted), config,
+                      nranks, dump_dir)
 
 
 def run_passes(converted: ConvertedSegment, config, nranks: int, dump_dir: str | None = None) -> LoweredSegment:
@@ -64,17 +83,20 @@ def run_passes(converted: ConvertedSegment, config, nranks: int, dump_dir: str |
     return LoweredSegment(converted.segment, converted.session, lowered)
 
 
-def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=()) \
-        -> ConvertedSegment:
+def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=(),
+                    converted: ConversionSession | None = None) -> ConvertedSegment:
     """Converts one segment's ops into its function. ``unmade``: values earlier segments'
-    converters did not make (updated), which are then not handed over."""
-    session = ConversionSession(view, sync_batch_norm=config.sync_batch_norm and nranks > 1, nranks=nranks)
+    converters did not make (updated), which are then not handed over. ``converted``: the session
+    that converted the whole program as this one segment (``plan_program``), used as it is."""
     # Values an earlier segment's converters did not make (an input its reader's converter
     # ignores, such as batch_norm_grad's reserve_space) are not handed over.
     seg.handed_in = [n for n in seg.handed_in if n not in unmade]
-    for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
-        session.value(name)
-    session.convert_ops(seg.constants + seg.ops)
+    session = converted
+    if session is None:
+        session = new_session(view, config, nranks)
+        for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
+            session.value(name)
+        session.convert_ops(seg.constants + seg.ops)
     unmade.update(n for n in seg.handed_out if n not in session.env)
     seg.handed_out = [n for n in seg.handed_out if n in session.env]
     missing = [n for n in seg.outputs if n not in session.env]

@@ -78,25 +78,25 @@ def _is_update(op) -> bool:
     return op.role == OPTIMIZE and "param" in op.inputs and "grad" in op.inputs
 
 
-def refused_by_converters(view: ProgramView, backend=None) -> dict:
+def refused_by_converters(view: ProgramView, backend=None, session=None) -> dict:
     """``{id(op): reason}`` for the ops of block 0 whose converter exists but refuses them (an
-    attribute or a dynamic dimension it does not handle), found by converting the program once,
-    and, given the ``backend`` that will run the segments, those whose nodes it cannot run
+    attribute or a dynamic dimension it does not handle: ``RefusedOpError``, or nodes the IR
+    refuses), found by converting the program once in ``session`` (default: a new one), and, given
+    the ``backend`` that will run the segments, those whose nodes it cannot run
     (``Backend.refuses``: the CPU backend and bfloat16). Ops reading what a refused op makes see
-    it as an input; they may be refused in turn."""
+    it as an input; they may be refused in turn. Any other exception of a converter is a bug and
+    is raised, naming the op."""
     from ..frontend import ConversionSession
-    from ..frontend.node_context import NodeContext
 
-    session = ConversionSession(view)
+    session = session if session is not None else ConversionSession(view)
     refused = {}
     seen: set[int] = set()
     for op in view.ops:
         if op.block != 0 or op.type in SKIPPED_OPS or op.type not in OP_TABLE:
             continue
-        try:
-            OP_TABLE[op.type](NodeContext(op, session))
-        except Exception as e:  # ConversionError, ValidationError of the nodes built: the op stays in Paddle
-            refused[id(op)] = f"{type(e).__name__}: {e}".splitlines()[0]
+        refusal = session.try_convert(op)
+        if refusal is not None:
+            refused[id(op)] = f"{type(refusal.__cause__ or refusal).__name__}: {refusal}".splitlines()[0]
             continue
         if backend is not None:
             reason = _backend_refusal(backend, session.produced.get(id(op), {}).values(), seen)
