@@ -19,11 +19,15 @@ from ..ir.ops import AllReduce
 from ..ir.types import DType
 
 
+# The reductions a compressed AllReduce computes (distributed/compress.py): it sums in float32.
+COMPRESSIBLE_REDUCTIONS = ("sum", "avg")
+
+
 def compression_for(dtype: DType, reduction: str, compress: str) -> str:
     """The wire format of one bucket's AllReduce: ``compress`` where the 16-bit scheme is defined
     (float32 values summed or averaged: it accumulates in float32, distributed/compress.py), else
     "none" (the bucket travels as it is)."""
-    if compress != "none" and dtype == DType.float32 and reduction in ("sum", "avg"):
+    if compress != "none" and dtype == DType.float32 and reduction in COMPRESSIBLE_REDUCTIONS:
         return compress
     return "none"
 

@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..ir import Function
 from ..ir.ops.collective import COLLECTIVE_OPS, COMPRESSIONS
 from ..ir.ops.optimizer import OptimizerUpdate
-from .allreduce_buckets import allreduce_in_buckets, dtype_groups, emit_allreduce
+from .allreduce_buckets import COMPRESSIBLE_REDUCTIONS, allreduce_in_buckets, dtype_groups, emit_allreduce
 from .base import FunctionPass
 
 
@@ -40,7 +40,7 @@ class InsertAllReduce(FunctionPass):
                  min_buckets: int = 1, compress: str = "none", raw_gradients=None):
         if compress not in COMPRESSIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' is not one of {', '.join(COMPRESSIONS)}")
-        if compress != "none" and reduction not in ("sum", "avg"):
+        if compress != "none" and reduction not in COMPRESSIBLE_REDUCTIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' needs reduction sum or avg, not '{reduction}'")
         self.compress = compress
         self.nranks = nranks

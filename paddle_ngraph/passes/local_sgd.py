@@ -130,14 +130,12 @@ def build_sync(function: Function, nranks: int, bucket_bytes: int = 0, min_bucke
     entries.sort(key=lambda e: (e[1].node.id, e[0]))
     deltas = [Subtract(snap.output(), value, name=f"localsgd_delta_{name}").output()
               for name, value, snap in entries]
-    sums, groups, _ = allreduce_in_buckets(deltas, "sum", bucket_bytes=bucket_bytes, min_buckets=min_buckets,
-                                           names=lambda i: (f"localsgd_bucket_{i}", f"localsgd_allreduce_{i}"))
-    # Bucket by bucket, as the nodes were made before (their creation order is the execution order).
-    for k in (k for group in groups for k in group):
-        name, value, snap = entries[k]
+    sums, _, _ = allreduce_in_buckets(deltas, "sum", bucket_bytes=bucket_bytes, min_buckets=min_buckets,
+                                      names=lambda i: (f"localsgd_bucket_{i}", f"localsgd_allreduce_{i}"))
+    for (name, value, snap), total in zip(entries, sums):
         # Paddle's scale op multiplies by the float32 attribute 1/N (not a division by N).
         scale = Constant(np.float32(1.0 / nranks), dtype=value.dtype.value, name=f"localsgd_scale_{name}")
-        mean = Multiply(sums[k], scale.output(), name=f"localsgd_mean_delta_{name}").output()
+        mean = Multiply(total, scale.output(), name=f"localsgd_mean_delta_{name}").output()
         results[STATE_PREFIX + name] = Subtract(snap.output(), mean, name=f"localsgd_average_{name}").output()
     snapshots = [snap for _, _, snap in entries]
     sync = Function(copy.parameters + snapshots, results, name=f"{function.name}_sync")
