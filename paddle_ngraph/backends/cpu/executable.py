@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ...errors import ExecutionError
+from ...errors import ExecutionError, TransportError
 from ...ir import Function, clone_function
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
@@ -189,7 +189,8 @@ class Specialization:
             native.use_native_functions(transport.rank, transport.size, *link.handles,
                                         shared_memory=transport.shared_memory)
         else:
-            raise ValueError(f"the {transport.name} transport's native link '{link.kind}' is not one of mpi, functions")
+            raise TransportError(f"rank {transport.rank}: the {transport.name} transport's native link "
+                                 f"'{link.kind}' is not one of mpi, functions")
 
     def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
         """A collective the native communicator does not handle: the reference kernel over the
