@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from .distributed.mpi import HIERARCHICAL_MODES
+from .distributed.registry import transport_names
 from .errors import ConfigError, UnknownConfigKeyError
 from .ir.ops.collective import COMPRESSIONS
 from .ir.ops.precision import PRECISIONS
 
-TRANSPORTS = ("auto", "mpi", "ccl", "mlsl", "null")
+TRANSPORTS = transport_names()  # ("auto", "mpi", "ccl", "mlsl", "null"): distributed/registry.py
 REDUCTIONS = ("avg", "sum")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # tuple: a list of names (YAML: a list; environment: comma-separated), held as a tuple of strings.

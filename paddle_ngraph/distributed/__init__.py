@@ -6,7 +6,10 @@ import hashlib
 from ..errors import ConfigError, TransportError
 from .bootstrap import make_transport
 from .launcher import LaunchInfo, detect_launcher
+from .registry import load_transports
 from .transport import DTYPES, NullTransport, Transport
+
+load_transports()  # so that every transport is registered, and "auto" knows each launcher's
 
 __all__ = ["Transport", "NullTransport", "DTYPES", "detect_launcher", "make_transport", "resolve_transport",
            "initial_sync", "function_fingerprint", "LaunchInfo"]

@@ -15,6 +15,7 @@ the cores), CCL_ATL_TRANSPORT=ofi, CCL_ATL_SHM=1 (shared memory within a node).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 
 import numpy as np
@@ -22,7 +23,8 @@ import numpy as np
 from ..errors import ConfigError, TransportError
 from .launcher import detect_launcher
 from .mpi import _average
-from .transport import Transport
+from .registry import TransportSpec, register_transport
+from .transport import NativeLink, Transport
 
 CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
                 "CCL_PROCESS_LAUNCHER": "none", "CCL_LOG_LEVEL": "error"}
@@ -211,5 +213,17 @@ class CclTransport(Transport):
         everything = self.allgather(padded.reshape(1, -1))
         return [pickle.loads(everything[r, :int(sizes[r])].tobytes()) for r in range(self.size)]
 
+    def native_link(self) -> NativeLink:
+        """oneCCL's allreduce through the pdng_ccl C ABI (native/cpu/src/function_communicator.cc)."""
+        return NativeLink("functions", tuple(self.ccl.allreduce_address()))
+
     def close(self):
         self.ccl.finalize()
+
+
+def _build(info, timeout_s: float | None) -> CclTransport:
+    return CclTransport() if timeout_s is None else CclTransport(timeout_s=int(math.ceil(timeout_s)))
+
+
+# "mlsl": nGraph's name for Intel's CPU transport, now oneCCL.
+register_transport(TransportSpec("ccl", _build, aliases=("mlsl",), auto_for=("paddle",)))

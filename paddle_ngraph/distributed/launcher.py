@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# The transport "auto" picks for each launcher when there is more than one rank.
-TRANSPORT_OF_LAUNCHER = {"mpirun": "mpi", "paddle": "ccl", "none": "null"}
+# The transport "auto" picks for each launcher when there is more than one rank: filled as the
+# transports register (registry.py, ``TransportSpec.auto_for``), which the package's import does.
+TRANSPORT_OF_LAUNCHER: dict[str, str] = {}
 
 
 @dataclass

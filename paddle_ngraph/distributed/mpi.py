@@ -22,7 +22,8 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, TransportError
-from .transport import Transport
+from .registry import TransportSpec, register_transport
+from .transport import NativeLink, Transport
 
 log = logging.getLogger("paddle_ngraph.distributed")
 _NATIVE_OPS = ("sum", "prod", "min", "max")
@@ -108,6 +109,11 @@ class MpiTransport(Transport):
                      "hierarchical" if self.hierarchical else "flat", mode, self.topology.nodes,
                      "/".join(map(str, self.topology.node_sizes)))
         return self.hierarchical
+
+    def native_link(self) -> NativeLink:
+        """The CPU backend's own MPI communicator (native/cpu/src/mpi_communicator.cc), hierarchical
+        over ``native_comms`` when they are set, where the backend is built with MPI."""
+        return NativeLink("mpi", self.native_comms())
 
     def native_comms(self) -> tuple[int, int]:
         """Handles (MPI_Comm as integers) of the node and leaders communicators for the native path,
@@ -294,3 +300,13 @@ def _average(out: np.ndarray, size: int, bfloat16: bool) -> np.ndarray:
     if out.dtype == np.float16:
         return (out.astype(np.float32) / np.float32(size)).astype(np.float16)
     return out / out.dtype.type(size)
+
+
+def _build(info, timeout_s: float | None) -> MpiTransport:
+    if info.launcher == "paddle":
+        raise ConfigError("transport 'mpi' cannot join processes started by paddle.distributed.launch "
+                          "(MPI singletons cannot connect); use mpirun, or the 'ccl' transport")
+    return MpiTransport()
+
+
+register_transport(TransportSpec("mpi", _build, auto_for=("mpirun",)))

@@ -7,10 +7,13 @@ dtype and rank.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import TransportError
 from ..ir.ops.collective import REDUCTIONS
+from .registry import TransportSpec, register_transport
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 
@@ -27,6 +30,18 @@ def unflatten(flat: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
         out.append(flat[offset:offset + a.size].reshape(a.shape))
         offset += a.size
     return out
+
+
+@dataclass(frozen=True)
+class NativeLink:
+    """How the CPU backend's native executor reaches the other ranks from C++, on its communication
+    thread: one of its two native communicators, and the handles it needs."""
+
+    # "mpi": the executor's own MPI communicator; ``handles``: (node communicator, leaders
+    # communicator) as integers, (0, 0) for flat. "functions": C functions of the pdng_ccl ABI;
+    # ``handles``: (address of the allreduce, address of the last-error function).
+    kind: str
+    handles: tuple[int, ...] = ()
 
 
 class Transport:
@@ -113,6 +128,11 @@ class Transport:
         if reduction not in REDUCTIONS:
             raise TransportError(f"rank {self.rank}: unknown reduction '{reduction}'; valid: {', '.join(REDUCTIONS)}")
 
+    def native_link(self) -> NativeLink | None:
+        """How the CPU backend may reduce from C++ over this transport; None: only through this
+        Python object (the backend calls its collectives on the communication thread)."""
+        return None
+
     def close(self):
         pass
 
@@ -163,3 +183,7 @@ class NullTransport(Transport):
 
     def abort(self, message: str):
         pass  # one process: the exception reaches the caller
+
+
+register_transport(TransportSpec("null", lambda info, timeout_s: NullTransport(), auto_for=("none",),
+                                 connects_ranks=False))

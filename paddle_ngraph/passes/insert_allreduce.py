@@ -19,15 +19,17 @@ by 1/N once, so that the update sees the mean gradient of the global batch.
 ``compress`` (bf16|fp16) marks the float32 buckets' AllReduce to travel as 16-bit
 values (summed in float32, distributed/compress.py); buckets of other dtypes are
 left uncompressed, since the scheme is defined for float32 accumulation only.
+
+The bucketing and the compression rule are ``allreduce_buckets``'s, shared with the other
+places that reduce values across ranks.
 """
 from __future__ import annotations
 
-from ..ir import Function
 from ..errors import ConfigError
-from ..ir.ops import AllReduce
+from ..ir import Function
 from ..ir.ops.collective import COLLECTIVE_OPS, COMPRESSIONS
 from ..ir.ops.optimizer import OptimizerUpdate
-from ..ir.types import DType
+from .allreduce_buckets import COMPRESSIBLE_REDUCTIONS, allreduce_in_buckets, dtype_groups, emit_allreduce
 from .base import FunctionPass
 
 
@@ -38,7 +40,7 @@ class InsertAllReduce(FunctionPass):
                  min_buckets: int = 1, compress: str = "none", raw_gradients=None):
         if compress not in COMPRESSIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' is not one of {', '.join(COMPRESSIONS)}")
-        if compress != "none" and reduction not in ("sum", "avg"):
+        if compress != "none" and reduction not in COMPRESSIBLE_REDUCTIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' needs reduction sum or avg, not '{reduction}'")
         self.compress = compress
         self.nranks = nranks
@@ -66,21 +68,16 @@ class InsertAllReduce(FunctionPass):
 
         # Ready order: the gradient producer's creation order, then the parameter name for ties.
         updates.sort(key=lambda n: (gradient(n).node.id, n.inputs[n.param_input].node.name))
-        groups, self.effective_bucket_bytes = plan_buckets([gradient(u) for u in updates], self.bucket_bytes,
-                                                           self.min_buckets)
-        buckets = [[updates[k] for k in group] for group in groups]
+        grads = [gradient(u) for u in updates]
+        reduced, groups, self.effective_bucket_bytes = allreduce_in_buckets(
+            grads, self.reduction, self.compress, self.bucket_bytes, self.min_buckets)
         replaced = {}
-        for i, bucket in enumerate(buckets):
-            grads = [gradient(u) for u in bucket]
-            compress = self.compress if grads[0].dtype == DType.float32 else "none"
-            reduce = AllReduce(*grads, reduction=self.reduction, bucket=f"grad_bucket_{i}", compress=compress,
-                               name=f"allreduce_bucket_{i}")
-            for j, update in enumerate(bucket):
-                if grads[j] is update.inputs[update.grad_input]:
-                    update.inputs[update.grad_input] = reduce.output(j)
-                else:
-                    replaced[(grads[j].node.id, grads[j].index)] = reduce.output(j)
-            self.buckets.append([u.inputs[u.param_input].node.name for u in bucket])
+        for update, grad, mean in zip(updates, grads, reduced):
+            if grad is update.inputs[update.grad_input]:
+                update.inputs[update.grad_input] = mean
+            else:
+                replaced[(grad.node.id, grad.index)] = mean
+        self.buckets += [[updates[k].inputs[updates[k].param_input].node.name for k in group] for group in groups]
         if replaced:
             # Every reader of a raw gradient (norms, clipping, the update) reads its average.
             for node in function.ordered_nodes():
@@ -90,27 +87,6 @@ class InsertAllReduce(FunctionPass):
         return True
 
 
-def plan_buckets(gradients: list, bucket_bytes: int, min_buckets: int = 1) -> tuple[list[list[int]], int]:
-    """Groups ``gradients`` (IR values, in ready order) into buckets: a new bucket at each dtype
-    change or when ``bucket_bytes`` is reached (0: one per gradient), the size lowered so that
-    there are at least ``min_buckets``. Returns the buckets (indices) and the size used."""
-    cap = bucket_bytes
-    if cap > 0 and min_buckets > 1:
-        total = sum(g.type.nbytes() for g in gradients)
-        cap = min(cap, -(-total // min_buckets))
-    buckets: list[list[int]] = []
-    size = 0
-    for k, grad in enumerate(gradients):
-        nbytes = grad.type.nbytes()
-        if (not buckets or cap == 0 or (size > 0 and size + nbytes > cap)
-                or gradients[buckets[-1][0]].dtype != grad.dtype):
-            buckets.append([])
-            size = 0
-        buckets[-1].append(k)
-        size += nbytes
-    return buckets, cap
-
-
 def average_gradient_results(function: Function, names: list[str], bucket_bytes: int = 32 << 20,
                              min_buckets: int = 1, reduction: str = "avg", compress: str = "none") -> Function:
     """The function with its results ``names`` (gradients that leave it, as a dygraph backward's)
@@ -118,14 +94,8 @@ def average_gradient_results(function: Function, names: list[str], bucket_bytes:
     producers' creation order) so that early buckets travel while the rest of backward runs."""
     results = dict(function.results)
     ready = sorted(names, key=lambda n: (results[n].node.id, results[n].index, n))
-    groups, _ = plan_buckets([results[n] for n in ready], bucket_bytes, min_buckets)
-    for i, group in enumerate(groups):
-        grads = [results[ready[k]] for k in group]
-        mode = compress if grads[0].dtype == DType.float32 and reduction in ("sum", "avg") else "none"
-        reduce = AllReduce(*grads, reduction=reduction, bucket=f"grad_bucket_{i}", compress=mode,
-                           name=f"allreduce_bucket_{i}")
-        for j, k in enumerate(group):
-            results[ready[k]] = reduce.output(j)
+    reduced, _, _ = allreduce_in_buckets([results[n] for n in ready], reduction, compress, bucket_bytes, min_buckets)
+    results.update(zip(ready, reduced))
     return Function(function.parameters, results, name=function.name)
 
 
@@ -136,14 +106,10 @@ def average_results(function: Function, names: list[str], reduction: str = "avg"
     from ..frontend import FETCH_PREFIX
 
     results = dict(function.results)
-    by_dtype: dict = {}
-    for name in names:
-        by_dtype.setdefault(results[FETCH_PREFIX + name].dtype, []).append(name)
-    for i, (dtype, group) in enumerate(by_dtype.items()):
-        mode = compress if dtype == DType.float32 and reduction in ("sum", "avg") else "none"
-        reduce = AllReduce(*[results[FETCH_PREFIX + n] for n in group], reduction=reduction,
-                           bucket=f"{function.name}_fallback_grads_{i}", compress=mode,
-                           name=f"allreduce_{function.name}_fallback_grads_{i}")
-        for j, name in enumerate(group):
-            results[FETCH_PREFIX + name] = reduce.output(j)
+    keys = [FETCH_PREFIX + n for n in names]
+    values = [results[k] for k in keys]
+    fallback = f"{function.name}_fallback_grads"
+    reduced = emit_allreduce(values, dtype_groups(values), reduction, compress,
+                             lambda i: (f"{fallback}_{i}", f"allreduce_{fallback}_{i}"))
+    results.update(zip(keys, reduced))
     return Function(function.parameters, results, name=function.name)

@@ -3,12 +3,8 @@
 Paddle's ``LocalSGDOptimizer`` and ``AdaptiveLocalSGDOptimizer``
 (``paddle/distributed/fleet/meta_optimizers/localsgd_optimizer.py``) append to the program, after
 the inner optimizer's updates (SGD or Momentum, each rank with its own gradients: no gradient
-AllReduce at all), a ``communicate`` block run under a condition on a step counter
-(``autoincreased_step_counter``, 1 at the first run):
-
-- ``step <= begin_step``: communicate (so the first steps average the parameters after every update);
-- ``step > begin_step``: communicate when ``step - last_step == k_steps``; communicate sets
-  ``last_step = step``. ``last_step`` starts at ``begin_step`` (localsgd) or 0 (adaptive).
+AllReduce at all), a ``communicate`` block run under a condition on a step counter: which steps
+communicate, and the adaptive rule's k, are run-time decisions (``distributed/local_sgd_schedule.py``).
 
 ``communicate``, for every parameter, with a snapshot the startup program set to the initial
 parameter: ``param = snapshot - param``; ``all_reduce(param, sum)``; ``param = param * (1/N)``
@@ -16,18 +12,17 @@ parameter: ``param = snapshot - param``; ``all_reduce(param, sum)``; ``param = p
 (``iter_parameters``): the trained ones and the non-trainable ones such as batch norm's running
 mean and variance; not optimizer state (Momentum's velocity stays each rank's own).
 
-Adaptive: at step 1, ``loss_0`` = the loss averaged over the ranks (all_reduce sum, scale 1/N)
-and ``lr_0`` = the learning rate; at every communicate after ``begin_step``, with ``avg_loss`` the
-step's loss averaged so, ``k_steps = clip(ceil(sqrt(lr_0 * avg_loss / (lr * loss_0) *
-init_k_steps)), 1, 16)`` in float32 (int64 after the ceil).
+Adaptive: the rule reads the loss (averaged over the ranks: all_reduce sum, scale 1/N) and the
+learning rate of the steps, which both variants return (``with_adaptive_results``).
 
 From the training function this builds, on copies:
 
 - ``local`` (``build_local``): the function as it is: forward, backward, the updates, no collective;
 - ``sync`` (``build_sync``): the same, then the averaging above on each updated parameter's new
   value, with the snapshots as extra parameters (after the function's own, ``SNAPSHOT_PREFIX +
-  parameter``). The differences ``snapshot - param`` travel in buckets (``plan_buckets``) of one
-  ``AllReduce(sum)`` each; the scale is a multiplication by float32(1/N), as Paddle's ``scale`` op.
+  parameter``). The differences ``snapshot - param`` travel in buckets of one
+  ``AllReduce(sum)`` each (``allreduce_buckets``); the scale is a multiplication by float32(1/N), as
+  Paddle's ``scale`` op.
 
 The Engine holds the step counter, ``last_step``, ``k_steps`` and the snapshots (NumPy arrays it
 sets to the parameters at the first step, after the start-up broadcast, and after every sync step:
@@ -45,16 +40,14 @@ import numpy as np
 from ..errors import ConfigError, ValidationError
 from ..frontend import STATE_PREFIX
 from ..ir import Function, Output, clone_function
-from ..ir.ops import AllReduce, Multiply, Subtract
+from ..ir.ops import Multiply, Subtract
 from ..ir.ops.core import Constant, Parameter
 from ..ir.ops.optimizer import MomentumUpdate, OptimizerUpdate, SGDUpdate
-from .insert_allreduce import plan_buckets
+from .allreduce_buckets import allreduce_in_buckets
 
 SNAPSHOT_PREFIX = "@SNAPSHOT@"
 LOSS_RESULT = "localsgd:loss"
 LR_RESULT = "localsgd:lr"
-# Paddle's adaptive bounds on k_steps (``min_local_steps``, ``max_local_steps``).
-MIN_K_STEPS, MAX_K_STEPS = 1, 16
 # As Paddle's _can_apply: LocalSGDOptimizer wraps paddle.optimizer.SGD or Momentum only.
 SUPPORTED_UPDATES = (SGDUpdate, MomentumUpdate)
 
@@ -75,31 +68,6 @@ class LocalSGD:
         """Compared across ranks at start-up (the functions' fingerprints leave them out)."""
         return {"localsgd_k_steps": self.k_steps, "localsgd_begin_step": self.begin_step,
                 "localsgd_adaptive": self.adaptive}
-
-
-def synchronizes(step: int, begin_step: int, last_step: int, k_steps: int) -> bool:
-    """Whether 1-based ``step`` averages the parameters: Paddle's two nested conditions."""
-    return step <= begin_step or step - last_step == k_steps
-
-
-def initial_last_step(begin_step: int, adaptive: bool) -> int:
-    """Paddle's initial ``last_step`` variable: ``begin_step`` for localsgd, 0 for adaptive. (Steps
-    1..begin_step all set it, so for begin_step >= 0 the two schedules agree.)"""
-    return 0 if adaptive else begin_step
-
-
-def next_k_steps(init_k_steps: int, lr_0, loss_0, lr, avg_loss) -> int:
-    """Adaptive local SGD's next k, in float32 as Paddle's ops compute it:
-    ``ceil(sqrt(lr_0 * avg_loss / (lr * loss_0) * init_k_steps))``, cast to int64, clipped to [1, 16]."""
-    f32 = np.float32
-    with np.errstate(all="ignore"):
-        ratio = (f32(lr_0) * f32(avg_loss)) / (f32(lr) * f32(loss_0))
-        value = np.ceil(np.sqrt(ratio * f32(float(init_k_steps))))
-    # Paddle casts with static_cast<int64_t>; on x86 a NaN, an infinity or a value beyond int64
-    # gives INT64_MIN, which the clip turns into 1: averaging at every step, the safe side.
-    if not np.isfinite(value) or value >= 2.0 ** 63:
-        return MIN_K_STEPS
-    return int(min(max(int(value), MIN_K_STEPS), MAX_K_STEPS))
 
 
 def supported_updates(function: Function) -> list[OptimizerUpdate]:
@@ -162,16 +130,13 @@ def build_sync(function: Function, nranks: int, bucket_bytes: int = 0, min_bucke
     entries.sort(key=lambda e: (e[1].node.id, e[0]))
     deltas = [Subtract(snap.output(), value, name=f"localsgd_delta_{name}").output()
               for name, value, snap in entries]
-    groups, _ = plan_buckets(deltas, bucket_bytes, min_buckets)
-    for i, group in enumerate(groups):
-        reduce = AllReduce(*[deltas[k] for k in group], reduction="sum", bucket=f"localsgd_bucket_{i}",
-                           name=f"localsgd_allreduce_{i}")
-        for j, k in enumerate(group):
-            name, value, snap = entries[k]
-            # Paddle's scale op multiplies by the float32 attribute 1/N (not a division by N).
-            scale = Constant(np.float32(1.0 / nranks), dtype=value.dtype.value, name=f"localsgd_scale_{name}")
-            mean = Multiply(reduce.output(j), scale.output(), name=f"localsgd_mean_delta_{name}").output()
-            results[STATE_PREFIX + name] = Subtract(snap.output(), mean, name=f"localsgd_average_{name}").output()
+    sums, _, _ = allreduce_in_buckets(deltas, "sum", bucket_bytes=bucket_bytes, min_buckets=min_buckets,
+                                      names=lambda i: (f"localsgd_bucket_{i}", f"localsgd_allreduce_{i}"))
+    for (name, value, snap), total in zip(entries, sums):
+        # Paddle's scale op multiplies by the float32 attribute 1/N (not a division by N).
+        scale = Constant(np.float32(1.0 / nranks), dtype=value.dtype.value, name=f"localsgd_scale_{name}")
+        mean = Multiply(total, scale.output(), name=f"localsgd_mean_delta_{name}").output()
+        results[STATE_PREFIX + name] = Subtract(snap.output(), mean, name=f"localsgd_average_{name}").output()
     snapshots = [snap for _, _, snap in entries]
     sync = Function(copy.parameters + snapshots, results, name=f"{function.name}_sync")
     return sync, [name for name, _, _ in entries], snapshots

@@ -28,6 +28,7 @@ from ..frontend import STATE_PREFIX
 from ..ir import Function
 from ..ir.ops import AllGather, Concat, Constant, Multiply, Parameter, ReduceScatter, Reshape, Slice
 from ..ir.ops.optimizer import AdamUpdate, MomentumUpdate, OptimizerUpdate, SGDUpdate
+from .allreduce_buckets import plan_buckets
 from .base import FunctionPass
 
 SHARDABLE = (SGDUpdate, MomentumUpdate, AdamUpdate)
@@ -71,23 +72,13 @@ class ShardOptimizer(FunctionPass):
         if not updates:
             return False
         updates.sort(key=lambda n: (n.inputs[n.grad_input].node.id, n.inputs[n.param_input].node.name))
-        cap = self.bucket_bytes
-        if cap > 0 and self.min_buckets > 1:
-            total = sum(u.inputs[u.grad_input].type.nbytes() for u in updates)
-            cap = min(cap, -(-total // self.min_buckets))
-        groups: list[list[OptimizerUpdate]] = []
-        size = 0
-        for update in updates:
-            nbytes = update.inputs[update.grad_input].type.nbytes()
-            if (not groups or cap == 0 or (size > 0 and size + nbytes > cap)
-                    or self._group_key(groups[-1][0]) != self._group_key(update)):
-                groups.append([])
-                size = 0
-            groups[-1].append(update)
-            size += nbytes
+        # Buckets as the gradient AllReduce's, but one fused update per bucket: a new bucket also
+        # where the update differs in anything but its tensors.
+        groups, _ = plan_buckets([u.inputs[u.grad_input].type.nbytes() for u in updates],
+                                 [self._group_key(u) for u in updates], self.bucket_bytes, self.min_buckets)
         removed: set[str] = set()
         for index, group in enumerate(groups):
-            removed |= self._shard(function, f"grad_bucket_{index}", group)
+            removed |= self._shard(function, f"grad_bucket_{index}", [updates[k] for k in group])
         function.parameters = [p for p in function.parameters if p.name not in removed]
         return True
 

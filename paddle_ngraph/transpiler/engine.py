@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from ..distributed import local_sgd_schedule
 from ..errors import ExecutionError
 from ..frontend import FETCH_PREFIX, STATE_PREFIX
 from ..ir import Function
@@ -135,7 +136,7 @@ class Engine:
         if localsgd:
             self.local = Variant(localsgd.local, local_executable, fetch_names)
             # Paddle's step-counter state: the last averaging step and k (the adaptive rule's changes).
-            self.last_step = local_sgd.initial_last_step(localsgd.begin_step, localsgd.adaptive)
+            self.last_step = local_sgd_schedule.initial_last_step(localsgd.begin_step, localsgd.adaptive)
             self.k_steps = localsgd.k_steps
             self.loss_0 = self.lr_0 = None  # adaptive: step 1's global loss and learning rate
             self.snapshots: list | None = None  # set at the first step, from the start-up broadcast's values
@@ -160,7 +161,7 @@ class Engine:
         on Paddle's averaging steps, the local one on the others."""
         if self.local is not None:
             step = self.steps + 1
-            synced = local_sgd.synchronizes(step, self.localsgd.begin_step, self.last_step, self.k_steps)
+            synced = local_sgd_schedule.synchronizes(step, self.localsgd.begin_step, self.last_step, self.k_steps)
             return self.apply if synced else self.local
         if self.accumulate is None or (self.steps + 1) % self.accumulate_steps == 0:
             return self.apply
@@ -308,7 +309,7 @@ class Engine:
             if step == 1:
                 self.loss_0, self.lr_0 = avg_loss, lr
             if synced and step > config.begin_step:
-                self.k_steps = local_sgd.next_k_steps(config.k_steps, self.lr_0, self.loss_0, lr, avg_loss)
+                self.k_steps = local_sgd_schedule.next_k_steps(config.k_steps, self.lr_0, self.loss_0, lr, avg_loss)
         if synced:
             self.last_step = step
 

@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ...errors import ExecutionError
+from ...errors import ExecutionError, TransportError
 from ...ir import Function, clone_function
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
@@ -173,18 +173,24 @@ class Specialization:
         return timeline.Spans(self.trace_descriptions(), step_times + transfer_times)
 
     def _use_native_communicator(self, native):
-        """AllReduce from C++ on the communication thread where the transport allows: MPI directly,
-        oneCCL through its C ABI. Other collectives and dtypes go through the Python fallback."""
+        """AllReduce from C++ on the communication thread where the transport allows
+        (``Transport.native_link``): MPI directly, where the backend is built with it, or a C ABI
+        (oneCCL's). Other collectives and dtypes go through the Python fallback."""
         transport = self.transport
         if transport is None or transport.size <= 1:
             return
-        if transport.name == "MPI" and _native().has_native_mpi():
-            native.use_native_mpi(*transport.native_comms(), shared_memory=transport.shared_memory)
-        elif transport.name == "CCL":
-            from ... import _ccl
-
-            native.use_native_functions(transport.rank, transport.size, *_ccl.allreduce_address(),
+        link = transport.native_link()
+        if link is None:
+            return
+        if link.kind == "mpi":
+            if _native().has_native_mpi():
+                native.use_native_mpi(*link.handles, shared_memory=transport.shared_memory)
+        elif link.kind == "functions":
+            native.use_native_functions(transport.rank, transport.size, *link.handles,
                                         shared_memory=transport.shared_memory)
+        else:
+            raise TransportError(f"rank {transport.rank}: the {transport.name} transport's native link "
+                                 f"'{link.kind}' is not one of mpi, functions")
 
     def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
         """A collective the native communicator does not handle: the reference kernel over the
