@@ -114,11 +114,8 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="parameter initialization (default 1)")
     p.add_argument("--log-every", type=int, default=5, metavar="N", help="rank 0 prints its loss every N steps")
     args = p.parse_args()
-    if min(args.steps, args.batch_size, args.log_every, args.samples) < 1:
-        p.error("--steps, --batch-size, --samples and --log-every must be at least 1")
-    if args.image_size < 32:
-        # ResNet-18 halves the image five times; below 32 pixels the last stages see 1x1 maps or less.
-        p.error(f"--image-size {args.image_size}: ResNet-18 needs at least 32")
+    if min(args.steps, args.batch_size, args.image_size, args.samples, args.log_every) < 1:
+        p.error("--steps, --batch-size, --image-size, --samples and --log-every must be at least 1")
     train(args)
 
 

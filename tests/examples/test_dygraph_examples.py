@@ -13,43 +13,13 @@ import subprocess
 import sys
 
 import pytest
+from example_runs import EXAMPLES, NRANKS, ROOT, example_env, under_launch, under_mpirun
 
 from paddle_ngraph.distributed.ccl import available as ccl_available
-from paddle_ngraph.quiet import quiet_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLES = os.path.join(ROOT, "examples")
 FLEET_MNIST, DATA_PARALLEL, RESNET = (os.path.join(EXAMPLES, f"dygraph_{name}.py")
                                       for name in ("fleet_mnist", "data_parallel", "resnet"))
-MPIRUN = os.path.join(os.path.dirname(sys.executable), "mpirun")
-NRANKS = 2
-
 needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-pytestmark = pytest.mark.distributed
-
-
-def example_env() -> dict:
-    # PYTHONPATH: a script's own directory comes first on sys.path, not the checkout (as the Makefile).
-    return quiet_env(PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-
-
-def under_launch(tmp_path, script: str, *args) -> str:
-    """Every rank's output (the launcher's replay of rank 0's log, then rank 1's log)."""
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_level", "WARNING", "--nproc_per_node",
-           str(NRANKS), "--log_dir", str(tmp_path / "log"), script, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=example_env(), cwd=tmp_path)
-    logs = [(tmp_path / "log" / f"workerlog.{r}") for r in range(NRANKS)]
-    output = proc.stdout + proc.stderr + "".join(p.read_text(errors="replace") for p in logs[1:] if p.exists())
-    assert proc.returncode == 0, output[-5000:]
-    return output
-
-
-def under_mpirun(tmp_path, script: str, *args) -> str:
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(NRANKS), sys.executable, script, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=example_env(), cwd=tmp_path)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-5000:]
-    return output
 
 
 def check_run(output: str, steps: int, engine_forwards_on_rank0: int | None = None) -> list[float]:
@@ -64,24 +34,27 @@ def check_run(output: str, steps: int, engine_forwards_on_rank0: int | None = No
     checksums = dict(re.findall(r"\[rank (\d+)\] parameter checksum (\w+)", output))
     assert sorted(checksums) == [str(r) for r in range(NRANKS)], output[-5000:]
     assert len(set(checksums.values())) == 1, f"the ranks' parameters differ: {checksums}"
-    losses = [(int(step), float(loss)) for step, loss in re.findall(r"\[rank 0\] step +(\d+)/\d+ +loss ([\d.]+)", output)]
+    printed = re.findall(r"\[rank 0\] step +(\d+)/\d+ +loss ([\d.]+)", output)
+    losses = [(int(step), float(loss)) for step, loss in printed]
     assert losses and losses[0][0] == 1 and losses[-1][0] == steps, output[-5000:]
     final = re.findall(r"\[rank 0\] final loss ([\d.]+) \(step (\d+)", output)
     assert final == [(f"{losses[-1][1]:.4f}", str(steps))], output[-5000:]
     return [loss for _, loss in losses]
 
 
+@pytest.mark.distributed
 @needs_ccl
 def test_fleet_mnist_under_paddle_launch(tmp_path):
     steps = 20
-    losses = check_run(under_launch(tmp_path, FLEET_MNIST, "--steps", str(steps)), steps)
+    losses = check_run(under_launch(tmp_path, FLEET_MNIST, "--steps", steps), steps)
     assert losses[-1] < 0.6 * losses[0], losses  # about 2.4 -> 0.5 in 20 steps
 
 
+@pytest.mark.distributed
 @needs_ccl
 def test_data_parallel_under_paddle_launch(tmp_path):
     steps = 20
-    output = under_launch(tmp_path, DATA_PARALLEL, "--steps", str(steps))
+    output = under_launch(tmp_path, DATA_PARALLEL, "--steps", steps)
     # Rank 0's evaluation is one more forward on the engine (eval mode, no gradients).
     losses = check_run(output, steps, engine_forwards_on_rank0=steps + 1)
     assert losses[-1] < 0.6 * losses[0], losses
@@ -89,18 +62,20 @@ def test_data_parallel_under_paddle_launch(tmp_path):
     assert accuracy > 50.0, output[-3000:]  # 10% is chance; about 80% after 20 steps
 
 
+@pytest.mark.distributed
 def test_data_parallel_under_mpirun(tmp_path):
     steps = 20
-    output = under_mpirun(tmp_path, DATA_PARALLEL, "--steps", str(steps))
+    output = under_mpirun(tmp_path, DATA_PARALLEL, "--steps", steps)
     losses = check_run(output, steps, engine_forwards_on_rank0=steps + 1)
     assert losses[-1] < 0.6 * losses[0], losses
     assert float(re.search(r"held-out accuracy ([\d.]+)%", output).group(1)) > 50.0, output[-3000:]
 
 
+@pytest.mark.distributed
 @needs_ccl
 def test_resnet18_under_paddle_launch(tmp_path):
     steps = 5
-    losses = check_run(under_launch(tmp_path, RESNET, "--steps", str(steps), "--log-every", "5"), steps)
+    losses = check_run(under_launch(tmp_path, RESNET, "--steps", steps, "--log-every", 5), steps)
     assert losses[-1] < losses[0], losses  # about 3.2 -> 1.3: the classes are easy to tell apart
 
 
