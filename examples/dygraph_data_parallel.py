@@ -106,8 +106,8 @@ def train(args):
         print(f"[rank 0] final loss {loss_value:.4f} (step {step}, rank 0's shard), held-out accuracy "
               f"{100 * correct / args.held_out:.1f}% ({correct}/{args.held_out})", flush=True)
     engine = model.engine  # also listed by paddle_ngraph.engines()
-    print(f"[rank {rank}] engine: {engine.steps} forward calls on the engine, {engine.updates} gradient "
-          f"synchronizations, {engine.eager_steps} eager calls", flush=True)
+    print(f"[rank {rank}] engine ({engine.transport.name} transport): {engine.steps} forward calls on the engine, "
+          f"{engine.updates} gradient synchronizations, {engine.eager_steps} eager calls", flush=True)
     print(f"[rank {rank}] parameter checksum {parameter_checksum(model)}", flush=True)
 
 

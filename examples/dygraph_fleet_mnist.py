@@ -73,14 +73,6 @@ def parameter_checksum(layer) -> str:
     return digest.hexdigest()[:16]
 
 
-def engine_report(rank: int) -> str:
-    steps = sum(e.steps for e in paddle_ngraph.engines())
-    updates = sum(e.updates for e in paddle_ngraph.engines())
-    eager = sum(getattr(e, "eager_steps", 0) for e in paddle_ngraph.engines())
-    return (f"[rank {rank}] engine: {steps} forward calls on the engine, {updates} gradient synchronizations, "
-            f"{eager} eager calls")
-
-
 def train(args):
     # Fleet logs at INFO "distributed strategy initialized" for every strategy made, and a line per
     # communication group in fleet.init, which sets its logger to its log_level argument (default INFO).
@@ -116,7 +108,9 @@ def train(args):
 
     if rank == 0:
         print(f"[rank 0] final loss {loss_value:.4f} (step {step}, rank 0's shard)", flush=True)
-    print(engine_report(rank), flush=True)
+    engine, = paddle_ngraph.engines()  # one per wrapped Layer
+    print(f"[rank {rank}] engine ({engine.transport.name} transport): {engine.steps} forward calls on the engine, "
+          f"{engine.updates} gradient synchronizations, {engine.eager_steps} eager calls", flush=True)
     print(f"[rank {rank}] parameter checksum {parameter_checksum(model)}", flush=True)
 
 

@@ -1,9 +1,9 @@
 """The dygraph examples, run as a user runs them: 2 ranks under paddle.distributed.launch (oneCCL), and
 examples/dygraph_data_parallel.py also under mpirun (MPI), for a few steps each.
 
-For each run: it succeeds; on every rank the Layer ran on the engine (the engine's counters, which
-every example prints: one engine forward per training step, one gradient synchronization per step,
-nothing left to eager Paddle); the ranks end with bitwise-identical trainable parameters (the
+For each run: it succeeds; on every rank the Layer ran on the engine, over the launcher's
+transport (the engine's counters, which every example prints: one engine forward per training
+step, one gradient synchronization per step, nothing left to eager Paddle); the ranks end with bitwise-identical trainable parameters (the
 checksum each rank prints); and the loss rank 0 prints went down. Also: `--help` of each example
 shows both launch commands and the --steps option.
 """
@@ -22,15 +22,15 @@ FLEET_MNIST, DATA_PARALLEL, RESNET = (os.path.join(EXAMPLES, f"dygraph_{name}.py
 needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 
 
-def check_run(output: str, steps: int, engine_forwards_on_rank0: int | None = None) -> list[float]:
+def check_run(output: str, transport: str, steps: int, engine_forwards_on_rank0: int | None = None) -> list[float]:
     """The checks every run shares (module docstring); returns rank 0's printed losses, in step order."""
-    engines = {int(r): (int(f), int(s), int(e)) for r, f, s, e in re.findall(
-        r"\[rank (\d+)\] engine: (\d+) forward calls on the engine, (\d+) gradient synchronizations, "
-        r"(\d+) eager calls", output)}
+    engines = {int(r): (t, int(f), int(s), int(e)) for r, t, f, s, e in re.findall(
+        r"\[rank (\d+)\] engine \((\w+) transport\): (\d+) forward calls on the engine, (\d+) gradient "
+        r"synchronizations, (\d+) eager calls", output)}
     assert sorted(engines) == list(range(NRANKS)), output[-5000:]
-    for rank, (forwards, syncs, eager) in engines.items():
-        expected = engine_forwards_on_rank0 if rank == 0 and engine_forwards_on_rank0 is not None else steps
-        assert (forwards, syncs, eager) == (expected, steps, 0), f"rank {rank}: {engines[rank]}\n{output[-5000:]}"
+    for rank, seen in engines.items():
+        forwards = engine_forwards_on_rank0 if rank == 0 and engine_forwards_on_rank0 is not None else steps
+        assert seen == (transport, forwards, steps, 0), f"rank {rank}: {seen}\n{output[-5000:]}"
     checksums = dict(re.findall(r"\[rank (\d+)\] parameter checksum (\w+)", output))
     assert sorted(checksums) == [str(r) for r in range(NRANKS)], output[-5000:]
     assert len(set(checksums.values())) == 1, f"the ranks' parameters differ: {checksums}"
@@ -46,7 +46,7 @@ def check_run(output: str, steps: int, engine_forwards_on_rank0: int | None = No
 @needs_ccl
 def test_fleet_mnist_under_paddle_launch(tmp_path):
     steps = 20
-    losses = check_run(under_launch(tmp_path, FLEET_MNIST, "--steps", steps), steps)
+    losses = check_run(under_launch(tmp_path, FLEET_MNIST, "--steps", steps), "CCL", steps)
     assert losses[-1] < 0.6 * losses[0], losses  # about 2.4 -> 0.5 in 20 steps
 
 
@@ -56,7 +56,7 @@ def test_data_parallel_under_paddle_launch(tmp_path):
     steps = 20
     output = under_launch(tmp_path, DATA_PARALLEL, "--steps", steps)
     # Rank 0's evaluation is one more forward on the engine (eval mode, no gradients).
-    losses = check_run(output, steps, engine_forwards_on_rank0=steps + 1)
+    losses = check_run(output, "CCL", steps, engine_forwards_on_rank0=steps + 1)
     assert losses[-1] < 0.6 * losses[0], losses
     accuracy = float(re.search(r"held-out accuracy ([\d.]+)%", output).group(1))
     assert accuracy > 50.0, output[-3000:]  # 10% is chance; about 80% after 20 steps
@@ -66,7 +66,7 @@ def test_data_parallel_under_paddle_launch(tmp_path):
 def test_data_parallel_under_mpirun(tmp_path):
     steps = 20
     output = under_mpirun(tmp_path, DATA_PARALLEL, "--steps", steps)
-    losses = check_run(output, steps, engine_forwards_on_rank0=steps + 1)
+    losses = check_run(output, "MPI", steps, engine_forwards_on_rank0=steps + 1)
     assert losses[-1] < 0.6 * losses[0], losses
     assert float(re.search(r"held-out accuracy ([\d.]+)%", output).group(1)) > 50.0, output[-3000:]
 
@@ -75,7 +75,7 @@ def test_data_parallel_under_mpirun(tmp_path):
 @needs_ccl
 def test_resnet18_under_paddle_launch(tmp_path):
     steps = 5
-    losses = check_run(under_launch(tmp_path, RESNET, "--steps", steps, "--log-every", 5), steps)
+    losses = check_run(under_launch(tmp_path, RESNET, "--steps", steps, "--log-every", 5), "CCL", steps)
     assert losses[-1] < losses[0], losses  # about 3.2 -> 1.3: the classes are easy to tell apart
 
 
