@@ -3,9 +3,9 @@ examples/dygraph_data_parallel.py also under mpirun (MPI), for a few steps each.
 
 For each run: it succeeds; on every rank the Layer ran on the engine, over the launcher's
 transport (the engine's counters, which every example prints: one engine forward per training
-step, one gradient synchronization per step, nothing left to eager Paddle); the ranks end with bitwise-identical trainable parameters (the
-checksum each rank prints); and the loss rank 0 prints went down. Also: `--help` of each example
-shows both launch commands and the --steps option.
+step, one gradient synchronization per step, nothing left to eager Paddle); the ranks end with
+bitwise-identical trainable parameters (the checksum each rank prints); and the loss rank 0
+prints went down. Also: `--help` of each example shows both launch commands and the --steps option.
 """
 import os
 import re
