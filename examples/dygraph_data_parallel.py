@@ -44,6 +44,20 @@ class MLP(paddle.nn.Layer):
         return self.out(F.relu(self.hidden(x)))
 
 
+class Arrays(paddle.io.Dataset):
+    """Samples i of NumPy arrays. (Paddle 3.3.1's TensorDataset, over Paddle tensors, crashes in
+    DataLoader worker processes: this one also serves num_workers > 0.)"""
+
+    def __init__(self, *arrays):
+        self.arrays = arrays
+
+    def __getitem__(self, i):
+        return tuple(a[i] for a in self.arrays)
+
+    def __len__(self):
+        return len(self.arrays[0])
+
+
 def parameter_checksum(layer) -> str:
     """SHA-256 of the Layer's trainable parameters, in order: equal across ranks iff their weights are
     bitwise equal. Batch norm's running mean and variance are parameters too, but not trainable, and
@@ -69,7 +83,7 @@ def train(args):
     x, y = digits_as_mnist()
     if not 0 < args.held_out < len(x):
         raise SystemExit(f"--held-out {args.held_out}: must be between 1 and {len(x) - 1} (there are {len(x)} digits)")
-    train_set = paddle.io.TensorDataset([paddle.to_tensor(x[:-args.held_out]), paddle.to_tensor(y[:-args.held_out])])
+    train_set = Arrays(x[:-args.held_out], y[:-args.held_out])
     # drop_last: every step has the same shapes (captured once), every rank the same step count.
     sampler = paddle.io.DistributedBatchSampler(train_set, args.batch_size, shuffle=True, drop_last=True)
     loader = paddle.io.DataLoader(train_set, batch_sampler=sampler, num_workers=0)

@@ -48,6 +48,20 @@ class LeNet(paddle.nn.Layer):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(h)))))
 
 
+class Arrays(paddle.io.Dataset):
+    """Samples i of NumPy arrays. (Paddle 3.3.1's TensorDataset, over Paddle tensors, crashes in
+    DataLoader worker processes: this one also serves num_workers > 0.)"""
+
+    def __init__(self, *arrays):
+        self.arrays = arrays
+
+    def __getitem__(self, i):
+        return tuple(a[i] for a in self.arrays)
+
+    def __len__(self):
+        return len(self.arrays[0])
+
+
 def digits_loader(batch_size: int):
     """(sampler, loader) of this rank's shard of the digits, as [batch, 1, 28, 28] images and [batch, 1] labels.
 
@@ -55,7 +69,7 @@ def digits_loader(batch_size: int):
     sets them). drop_last: every step has the same shapes (captured once), every rank the same step count.
     """
     x, y = digits_as_mnist()
-    dataset = paddle.io.TensorDataset([paddle.to_tensor(x.reshape(-1, 1, 28, 28)), paddle.to_tensor(y)])
+    dataset = Arrays(x.reshape(-1, 1, 28, 28), y)
     sampler = paddle.io.DistributedBatchSampler(dataset, batch_size, shuffle=True, drop_last=True)
     return sampler, paddle.io.DataLoader(dataset, batch_sampler=sampler, num_workers=0)
 

@@ -33,6 +33,20 @@ from paddle.vision.models import resnet18
 import paddle_ngraph
 
 
+class Arrays(paddle.io.Dataset):
+    """Samples i of NumPy arrays. (Paddle 3.3.1's TensorDataset, over Paddle tensors, crashes in
+    DataLoader worker processes: this one also serves num_workers > 0.)"""
+
+    def __init__(self, *arrays):
+        self.arrays = arrays
+
+    def __getitem__(self, i):
+        return tuple(a[i] for a in self.arrays)
+
+    def __len__(self):
+        return len(self.arrays[0])
+
+
 def synthetic_images(n: int, size: int, seed: int = 0):
     """(images [n, 3, size, size], labels [n, 1]): a class's fixed random pattern plus noise."""
     rng = np.random.default_rng(seed)
@@ -64,7 +78,7 @@ def train(args):
     opt = paddle.optimizer.Momentum(args.lr, momentum=0.9, parameters=model.parameters(), weight_decay=5e-4)
 
     images, labels = synthetic_images(args.samples, args.image_size)
-    dataset = paddle.io.TensorDataset([paddle.to_tensor(images), paddle.to_tensor(labels)])
+    dataset = Arrays(images, labels)
     # drop_last: every step has the same shapes (captured once), every rank the same step count.
     sampler = paddle.io.DistributedBatchSampler(dataset, args.batch_size, shuffle=True, drop_last=True)
     loader = paddle.io.DataLoader(dataset, batch_sampler=sampler, num_workers=0)
