@@ -100,6 +100,9 @@ def train(args):
     model = fleet.distributed_model(LeNet())
     opt = fleet.distributed_optimizer(paddle.optimizer.Adam(learning_rate=args.lr, parameters=model.parameters()))
     sampler, loader = digits_loader(args.batch_size)
+    if len(sampler) == 0:
+        raise SystemExit(f"--batch-size {args.batch_size}: larger than a rank's shard ({len(sampler.dataset)} digits "
+                         f"over {nranks} ranks)")
     if rank == 0:
         print(f"[rank 0] LeNet on the digits, {nranks} ranks x batch {args.batch_size}, {len(sampler)} steps per "
               f"epoch, {args.steps} steps, Adam lr {args.lr}", flush=True)
@@ -130,7 +133,7 @@ def train(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=100, help="training steps (default 100, about 8 epochs on 2 ranks)")
+    p.add_argument("--steps", type=int, default=100, help="training steps (default 100, about 7 epochs on 2 ranks)")
     p.add_argument("--batch-size", type=int, default=64, help="per rank (default 64)")
     p.add_argument("--lr", type=float, default=5e-3, help="Adam's learning rate (default 0.005)")
     p.add_argument("--seed", type=int, default=1, help="parameter initialization (default 1)")
