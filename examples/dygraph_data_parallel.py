@@ -74,7 +74,7 @@ def parameter_checksum(layer) -> str:
 def train(args):
     # Under mpirun too: `import paddle_ngraph` has set Paddle's rank variables from Open MPI's.
     rank, nranks = paddle.distributed.get_rank(), paddle.distributed.get_world_size()
-    paddle.seed(args.seed)  # every rank then takes rank 0's parameters in DataParallel
+    paddle.seed(args.seed)  # the initialization; DataParallel then gives every rank rank 0's parameters
 
     model = paddle_ngraph.DataParallel(MLP())  # keyword arguments: the ngraph_configs keys, e.g. bucket_mb=8
     opt = paddle.optimizer.Momentum(args.lr, momentum=0.9, parameters=model.parameters(),

@@ -95,7 +95,7 @@ def train(args):
     strategy.ngraph = True  # paddle_ngraph: the Layer runs on the engine, gradients averaged there
     fleet.init(is_collective=True, strategy=strategy, log_level="WARNING")
     rank, nranks = fleet.worker_index(), fleet.worker_num()
-    paddle.seed(args.seed)  # every rank then takes rank 0's parameters in distributed_model
+    paddle.seed(args.seed)  # the initialization; distributed_model then gives every rank rank 0's parameters
 
     model = fleet.distributed_model(LeNet())
     opt = fleet.distributed_optimizer(paddle.optimizer.Adam(learning_rate=args.lr, parameters=model.parameters()))
