@@ -69,7 +69,7 @@ from paddle_ngraph.quiet import quiet_env, quiet_this_process
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODELS = ["mnist_mlp", "lenet", "resnet_small", "transformer_layer"]
-# The issue-21 models of the precision mode: products big enough for bf16 to matter, a convolution
+# The models of the precision mode: products big enough for bf16 to matter, a convolution
 # network and a transformer layer.
 PRECISION_MODELS = ["mnist_mlp_wide", "resnet_small", "transformer_layer"]
 SYSTEMS = ["ngraph-cpu", "ngraph-ccl", "ngraph-interp", "paddle", "paddle-dp", "ngraph-dygraph", "ngraph-dygraph-fleet",

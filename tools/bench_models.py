@@ -18,7 +18,7 @@ import math
 
 NAMES = ("mnist_mlp", "lenet", "resnet_small", "transformer_layer")
 # Benchmark models that are a zoo model with other sizes: name -> (zoo model, its keyword arguments).
-# mnist_mlp_wide is the issue-21 MLP, 784-1024-1024-10: products big enough for bf16 to matter.
+# mnist_mlp_wide is the precision mode's MLP, 784-1024-1024-10: products big enough for bf16 to matter.
 VARIANTS = {"mnist_mlp_wide": ("mnist_mlp", {"hidden": (1024, 1024)})}
 
 

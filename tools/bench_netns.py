@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Throughput of examples/fleet_mnist_mlp.py across network namespaces (tools/netns_cluster.py),
-with and without tc limits on the links: scaling, hierarchy, bucket size and compression (#11, point 6).
+with and without tc limits on the links: scaling, hierarchy, bucket size and compression.
 
 Every configuration is one mpirun job of --steps steps; the figure is rank 0's global samples/s
 after --warmup steps; in parentheses the scaling efficiency, samples/s / (ranks x one rank's

@@ -11,7 +11,7 @@ What bf16 means per system:
                  bf16, float32 master weights). On a CPU without avx512_bf16 the CPU backend runs float32 and
                  says so: the report's note column carries that reason, so a ratio near 1 is read as such.
   torch-ddp      torch's own CPU mixed precision, ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the
-                 forward and the loss (the issue's peer), float32 parameters and optimizer.
+                 forward and the loss (the peer bf16 is compared with), float32 parameters and optimizer.
 Paddle's own executor and paddle.DataParallel are not run in bf16: Paddle 3.3.1's bf16 matmul and conv2d are
 oneDNN kernels that need AVX512 (../shared/notes/platform.md), and its plain CPU kernels have none.
 """

@@ -16,7 +16,7 @@ forward, a mean as loss, SGD), every optimizer of ``paddle.optimizer`` with regu
 gradient clipping, the learning-rate schedulers and the metric ops. Its status per IR:
 
 - ``native``: every op converts; the whole program runs on the engine;
-- ``falls back: ops``: these ops stay Paddle ops between engine segments (README "Fallback to
+- ``falls back: ops``: these ops stay Paddle ops between engine segments (docs/fallback.md, "Fallback to
   Paddle"); the program trains all the same;
 - ``Paddle cannot build it``: Paddle 3.3.1's own Python API fails to build it in that IR (the
   first line of its error), so there is nothing to run.
@@ -350,8 +350,8 @@ or model, a mean as loss where the output is not one, SGD or Momentum, backward)
 planned as `paddle_ngraph.transpile` would, in both IRs:
 
 - **native**: every op converts; the whole program runs on the engine.
-- **falls back: ops**: these op types stay Paddle ops between engine segments (README, "Fallback to
-  Paddle"); the program trains all the same, with those ops in Paddle.
+- **falls back: ops**: these op types stay Paddle ops between engine segments ([fallback.md](fallback.md#fallback-to-paddle),
+  "Fallback to Paddle"); the program trains all the same, with those ops in Paddle.
 - **Paddle cannot build it**: Paddle's own Python API fails to build this program in that IR
   (its first error line): there is nothing to run.
 

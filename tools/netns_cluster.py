@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Several "hosts" on one machine: network namespaces joined by a Linux bridge, optionally with
 `tc` limits on their links, running a training script across them with mpirun --host or with
-paddle.distributed.launch --ips (#11, point 6). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
+paddle.distributed.launch --ips. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
 
 Each host i is a namespace pdng-h<i> with address 10.77.0.<i>/24 on a veth whose other end is
 attached to the bridge pdngbr0 in the root namespace; its processes run under `unshare --uts` with
