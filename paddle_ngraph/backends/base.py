@@ -6,7 +6,7 @@ in the order of ``function.results``. Backends register under an upper-case name
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ExecutionError
 from ..ir import Function
 
 _BACKENDS: dict[str, type["Backend"]] = {}
@@ -34,6 +34,35 @@ def get_backend(name: str, **options) -> "Backend":
     if key not in _BACKENDS:
         raise ConfigError(f"unknown backend '{name}'; available: {', '.join(available_backends())}")
     return _BACKENDS[key](**options)
+
+
+def check_input(name: str, dtype_matches: bool, dtype_text: str, shape, expected, declared_by: str):
+    """Raises an ExecutionError naming input ``name`` when its dtype (``dtype_matches``; shown as
+    ``dtype_text``) or its ``shape`` is not the ``expected`` TensorType (-1: any size), which
+    ``declared_by`` (the program, the function) declares."""
+    if not dtype_matches:
+        raise ExecutionError(f"input '{name}': dtype {dtype_text}, {declared_by} declares {expected.dtype.value}")
+    if len(shape) != expected.rank or any(e >= 0 and e != a for e, a in zip(expected.shape, shape)):
+        raise ExecutionError(f"input '{name}': shape {list(shape)}, {declared_by} declares "
+                             f"{[d if d >= 0 else None for d in expected.shape]}")
+
+
+def writeback_positions(function: Function, inplace_results: dict[str, str]) -> list[tuple[int, int]]:
+    """(result, input) positions of the results that replace an input's value (``inplace_results``:
+    result name -> parameter name), for ``write_back``."""
+    results = list(function.results)
+    index = {p.name: i for i, p in enumerate(function.parameters)}
+    return [(results.index(r), index[p]) for r, p in inplace_results.items()]
+
+
+def write_back(outputs, inputs, positions):
+    """Copies each result into the input buffer it replaces (``writeback_positions``), unless the
+    backend already wrote it there in place."""
+    import numpy as np
+
+    for result_pos, input_pos in positions:
+        if outputs[result_pos].ctypes.data != inputs[input_pos].ctypes.data:
+            np.copyto(inputs[input_pos], outputs[result_pos], casting="no")
 
 
 def backend_for(config) -> "Backend":

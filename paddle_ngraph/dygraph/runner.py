@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..frontend.dygraph import GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError, capture
 from ..frontend.session import STATE_PREFIX
+from ..backends.base import write_back, writeback_positions
 from ..ir import Function
 from ..passes.pipeline import Facts, build_passes, run_pipeline
 
@@ -86,9 +87,8 @@ class Compiled:
         self.out_positions = [results.index(f"{OUT_PREFIX}{i}") for i in range(cap.num_outputs)]
         self.saved_positions = [results.index(n) for n in cap.saved]
         self.forward_inputs = self._binding(forward.parameters)
-        index = {p.name: i for i, p in enumerate(forward.parameters)}
         # (result, input) of each buffer the forward updates: the backend writes in place where it can.
-        self.state_writeback = [(results.index(STATE_PREFIX + n), index[n]) for n in cap.state]
+        self.state_writeback = writeback_positions(forward, inplace)
         self.backward_local = self.backward_sync = None
         self.pending = None  # the saved values of the last training forward, until its backward
         if cap.backward is not None:
@@ -334,9 +334,7 @@ class LayerEngine:
             pending.detach_from_arena()  # its backward has not run: the arena is about to be reused
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, None)
-        for result, source in compiled.state_writeback:
-            if outputs[result].ctypes.data != inputs[source].ctypes.data:
-                np.copyto(inputs[source], outputs[result], casting="no")
+        write_back(outputs, inputs, compiled.state_writeback)
         values = [_to_paddle(np.array(outputs[k], copy=True)) for k in compiled.out_positions]
         record = None
         if train:

@@ -20,10 +20,11 @@ from ..frontend import FORWARD, decode, find_unsupported
 from ..passes.pipeline import inplace_results
 from ..passes.shard_optimizer import SHARD_PREFIX
 from . import engine_op, originals
-from .engine import Engine, engines
+from .engine import Engine, SegmentLinks, engines
 from .engine_op import is_engine_op
 from .lowering import lower_segment, plan_program
 from .rewrite import rewrite_legacy, rewrite_pir
+from .schedules import AccumulationSchedule, LocalSGDSchedule, Schedule, Variant
 from .sharded_state import ShardedState
 
 __all__ = ["transpile", "engines", "release", "Config"]
@@ -181,19 +182,15 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
     if lowered.sharding is not None and lowered.sharding.buckets:
         slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
         sharded = ShardedState(lowered.sharding.buckets, slices, transport.rank, transport.size)
-    accumulation, localsgd = lowered.accumulation(), lowered.local_sgd(config)
     watchdog = None
     if transport.size > 1:
         from ..distributed.watchdog import watchdog_for
 
         watchdog = watchdog_for(transport, config.timeout_s)
-    engine = Engine(function, compile_(function), list(seg.outputs), transport=transport,
+    links = SegmentLinks(handover, seg.handed_in, seg.handed_out, order_inputs=(1 if ordered else 0) + len(seg.after))
+    engine = Engine(_schedule(lowered, config, compile_, list(seg.outputs)), list(seg.outputs), transport=transport,
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
-                    timeline=timeline, accumulation=accumulation,
-                    accumulate_executable=compile_(accumulation.accumulate) if accumulation else None,
-                    handover=handover, handed_in=seg.handed_in, handed_out=seg.handed_out,
-                    order_inputs=(1 if ordered else 0) + len(seg.after),
-                    localsgd=localsgd, local_executable=compile_(localsgd.local) if localsgd else None)
+                    timeline=timeline, links=links)
     engine.recomputed = lowered.recomputed
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
@@ -201,6 +198,20 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def _schedule(lowered, config, compile_, fetch_names) -> Schedule:
+    """The variants of a lowered segment, compiled, and the schedule that chooses among them."""
+    function = lowered.function
+    apply = Variant(function, compile_(function), fetch_names)
+    accumulation, localsgd = lowered.accumulation(), lowered.local_sgd(config)
+    if accumulation:
+        accumulate = Variant(accumulation.accumulate, compile_(accumulation.accumulate), fetch_names)
+        return AccumulationSchedule(apply, accumulate, accumulation.steps, accumulation.accumulators)
+    if localsgd:
+        local = Variant(localsgd.local, compile_(localsgd.local), fetch_names)
+        return LocalSGDSchedule(apply, local, localsgd, [p.name for p in function.parameters])
+    return Schedule(apply)
 
 
 def checkpoint_name(view, handle) -> str:

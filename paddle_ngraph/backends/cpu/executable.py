@@ -21,6 +21,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ...errors import ExecutionError, TransportError
+from ..base import check_input
 from ...ir import Function, clone_function
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
@@ -252,11 +253,7 @@ class CPUExecutable(Executable):
         arrays = []
         for (name, dtype, expected), value in zip(self._expected, inputs):
             array = np.asarray(value)
-            if array.dtype != dtype:
-                raise ExecutionError(f"input '{name}': dtype {array.dtype}, the function declares {expected.dtype.value}")
-            if array.ndim != expected.rank or any(e >= 0 and e != a for e, a in zip(expected.shape, array.shape)):
-                raise ExecutionError(f"input '{name}': shape {list(array.shape)}, the function declares "
-                                     f"{[d if d >= 0 else None for d in expected.shape]}")
+            check_input(name, array.dtype == dtype, str(array.dtype), array.shape, expected, "the function")
             arrays.append(array if array.flags.c_contiguous else np.require(array, requirements="C"))
         specialization = self._specialization(arrays, transport)
         specialization.progress_base = specialization.native.collective_progress()
