@@ -45,8 +45,7 @@ import numpy as np
 from ..errors import ConfigError, ValidationError
 from ..frontend import STATE_PREFIX
 from ..ir import Function, Output, clone_function
-from ..ir.ops import AllReduce, Multiply, Subtract
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import AllReduce, Constant, Multiply, Parameter, Subtract
 from ..ir.ops.optimizer import MomentumUpdate, OptimizerUpdate, SGDUpdate
 from .insert_allreduce import plan_buckets
 

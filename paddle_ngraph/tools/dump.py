@@ -207,7 +207,7 @@ def load_view(spec: str, ir: str | None, quiet: bool = True):
 def ir_ops_per_paddle_op(view) -> dict[str, Counter]:
     """Paddle op type -> Counter of the IR op types its converter builds (block 0, converted op by op)."""
     from ..frontend import SKIPPED_OPS, ConversionSession
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     session = ConversionSession(view)
     produced: dict[str, Counter] = defaultdict(Counter)
@@ -236,7 +236,7 @@ def classify(function) -> dict[int, str]:
     that transitively consumes one's output (constant-only subgraphs that feed only
     backward nodes go with them); forward: everything else.
     """
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
     from ..ir.ops.optimizer import OptimizerUpdate
 
     nodes = function.ordered_nodes()
@@ -278,7 +278,7 @@ _CLUSTERS = [
 
 
 def to_dot(function) -> str:
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     kind = classify(function)
     nodes = function.ordered_nodes()
@@ -369,7 +369,7 @@ def coverage_lines(view, produced: dict | None) -> list[str]:
 
 
 def report(label, view, function, produced, args, allreduce_pass) -> str:
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     nodes = function.ordered_nodes()
     ir_name = {"legacy": "legacy ProgramDesc", "pir": "PIR program"}.get(view.ir, view.ir)
