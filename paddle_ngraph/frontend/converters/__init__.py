@@ -6,6 +6,12 @@ this package imports every family and so fills ``OP_TABLE``. The family modules 
 names as the IR op families (``ir/ops/``) and the kernels of both backends, so that an op's
 converter, IR op and kernels are found under one name. ``arith`` and ``helpers`` are shared
 pieces, not families.
+
+Adding an op of family F: its converter in ``converters/F.py`` under ``@converter(<legacy op>,
+<PIR op>)``; if it needs a new IR op, the op in ``ir/ops/F.py`` (its attributes' defaults live
+there only), its reference kernel in ``backends/interpreter/kernels/F.py`` (``@kernel``) and its
+native kernel in ``native/cpu/kernels/F.cc`` (``PDNG_REGISTER_KERNEL``, attributes read as
+required); then ``python tools/gen_op_table.py`` regenerates docs/OPS.md.
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def relu_grad(ctx):
     ctx.set_output(("X@GRAD", "x_grad"), ops.ReluBackprop(ctx.input("Out", "out"), ctx.input("Out@GRAD", "out_grad")).output())
 
 
-# --- activations ------------------------------------------------------------------------------------
+# --- softmax, gelu, tanh, sigmoid: one IR op each -----------------------------------------------------
 @converter("softmax", "pd_op.softmax")
 def softmax(ctx):
     axis = int(ctx.attr("axis", default=-1))
@@ -203,6 +203,11 @@ def silu_grad(ctx):
     tail = ops.Add(_c(1, x), ops.Divide(ops.Multiply(x, e).output(), d).output()).output()
     local = ops.Multiply(ops.Divide(_c(1, x), d).output(), tail).output()
     ctx.set_output(("X@GRAD", "x_grad"), ops.Multiply(dout, local).output())
+
+
+# --- activations composed of primitives, each after Paddle's functor (phi activation_functor.h) -------
+# Forward ops read X and bind Out; grads read what Paddle passes (X, or Out for the ones that
+# depend on the output) and Out@GRAD, and bind X@GRAD.
 
 
 def _float_attr(ctx, *names, default):

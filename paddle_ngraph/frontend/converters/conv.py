@@ -139,10 +139,7 @@ def _shaped_like(x: Output, channels: int, hw: list[int]) -> Output:
 
 
 @converter(
-    "conv2d_transpose",
-    "pd_op.conv2d_transpose",
-    "depthwise_conv2d_transpose",
-    "pd_op.depthwise_conv2d_transpose",
+    "conv2d_transpose", "pd_op.conv2d_transpose", "depthwise_conv2d_transpose", "pd_op.depthwise_conv2d_transpose",
 )
 def conv2d_transpose(ctx):
     """conv2d_transpose and depthwise_conv2d_transpose (legacy and PIR)."""
@@ -155,10 +152,8 @@ def conv2d_transpose(ctx):
 
 
 @converter(
-    "conv2d_transpose_grad",
-    "pd_op.conv2d_transpose_grad",
-    "depthwise_conv2d_transpose_grad",
-    "pd_op.depthwise_conv2d_transpose_grad",
+    "conv2d_transpose_grad", "pd_op.conv2d_transpose_grad",
+    "depthwise_conv2d_transpose_grad", "pd_op.depthwise_conv2d_transpose_grad",
 )
 def conv2d_transpose_grad(ctx):
     x, filters = to_nchw(ctx, ctx.input("Input", "x")), ctx.input("Filter", "filter")

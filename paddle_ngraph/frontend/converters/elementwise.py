@@ -26,23 +26,12 @@ def _kind(op_type: str) -> str:
 
 
 @converter(
-    "elementwise_add",
-    "pd_op.add",
-    "elementwise_sub",
-    "pd_op.subtract",
-    "elementwise_mul",
-    "pd_op.multiply",
-    "elementwise_div",
-    "pd_op.divide",
-    "elementwise_max",
-    "pd_op.maximum",
-    "elementwise_min",
-    "pd_op.minimum",
-    "elementwise_pow",
-    "pd_op.elementwise_pow",
+    "elementwise_add", "pd_op.add", "elementwise_sub", "pd_op.subtract", "elementwise_mul", "pd_op.multiply",
+    "elementwise_div", "pd_op.divide", "elementwise_max", "pd_op.maximum", "elementwise_min", "pd_op.minimum",
+    "elementwise_pow", "pd_op.elementwise_pow",
 )
 def elementwise(ctx):
-    """All binary elementwise ops share this converter; the table picks the op by name."""
+    """All binary elementwise ops share this converter; ``_BINARY`` picks the IR op by name."""
     x, y = ctx.input("X", "x"), ctx.input("Y", "y")
     y = align_for_axis(x, y, int(ctx.attr("axis", default=-1)))
     ctx.set_output(("Out", "out"), _BINARY[_kind(ctx.op_type)](x, y).output())
@@ -189,25 +178,12 @@ _COMPARISONS = {
 
 
 @converter(
-    "equal",
-    "pd_op.equal",
-    "not_equal",
-    "pd_op.not_equal",
-    "less_than",
-    "pd_op.less_than",
-    "less_equal",
-    "pd_op.less_equal",
-    "greater_than",
-    "pd_op.greater_than",
-    "greater_equal",
-    "pd_op.greater_equal",
-    "logical_and",
-    "pd_op.logical_and",
-    "logical_or",
-    "pd_op.logical_or",
+    "equal", "pd_op.equal", "not_equal", "pd_op.not_equal", "less_than", "pd_op.less_than",
+    "less_equal", "pd_op.less_equal", "greater_than", "pd_op.greater_than", "greater_equal", "pd_op.greater_equal",
+    "logical_and", "pd_op.logical_and", "logical_or", "pd_op.logical_or",
 )
 def compare(ctx):
-    """All binary comparison and logical ops share this converter; the table picks the op by name.
+    """All binary comparison and logical ops share this converter; ``_COMPARISONS`` picks the IR op by name.
     Legacy programs may carry the elementwise ``axis`` attribute."""
     x, y = ctx.input("X", "x"), ctx.input("Y", "y")
     y = align_for_axis(x, y, int(ctx.attr("axis", default=-1)))

@@ -17,7 +17,7 @@ from .helpers import constant
 from .registry import converter
 
 
-def _softmax_cross_entropy_attrs(ctx):
+def _softmax_ce_attrs(ctx):
     if not ctx.attr("use_softmax", default=True):
         raise ctx.fail("use_softmax=False (input already a probability) is not supported")
     return dict(axis=int(ctx.attr("axis", default=-1)), soft_label=bool(ctx.attr("soft_label", default=False)),
@@ -26,15 +26,15 @@ def _softmax_cross_entropy_attrs(ctx):
 
 @converter("softmax_with_cross_entropy", "pd_op.cross_entropy_with_softmax")
 def softmax_with_cross_entropy(ctx):
-    node = ops.SoftmaxCrossEntropy(ctx.input("Logits", "input"), ctx.input("Label", "label"), **_softmax_cross_entropy_attrs(ctx))
+    node = ops.SoftmaxCrossEntropy(ctx.input("Logits", "input"), ctx.input("Label", "label"), **_softmax_ce_attrs(ctx))
     ctx.set_output(("Softmax", "softmax"), node.output(0))
     ctx.set_output(("Loss", "loss"), node.output(1))
 
 
 @converter("softmax_with_cross_entropy_grad", "pd_op.cross_entropy_with_softmax_grad")
 def softmax_with_cross_entropy_grad(ctx):
-    node = ops.SoftmaxCrossEntropyBackprop(
-        ctx.input("Softmax", "softmax"), ctx.input("Label", "label"), ctx.input("Loss@GRAD", "loss_grad"), **_softmax_cross_entropy_attrs(ctx))
+    node = ops.SoftmaxCrossEntropyBackprop(ctx.input("Softmax", "softmax"), ctx.input("Label", "label"),
+                                           ctx.input("Loss@GRAD", "loss_grad"), **_softmax_ce_attrs(ctx))
     ctx.set_output(("Logits@GRAD", "input_grad"), node.output())
 
 

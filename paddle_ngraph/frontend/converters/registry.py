@@ -24,12 +24,13 @@ def converter(*op_types: str):
         raise TypeError("converter() needs at least one Paddle op type")
 
     def register(function):
-        for op_type in op_types:
-            if op_type in OP_TABLE or op_type in SKIPPED_OPS:
-                other = OP_TABLE.get(op_type)
-                owner = f"{other.__module__}.{other.__name__}" if other else "SKIPPED_OPS"
+        for op_type in op_types:  # all checked before any is registered
+            if op_type in OP_TABLE or op_type in SKIPPED_OPS or op_types.count(op_type) > 1:
+                other = OP_TABLE.get(op_type, function)
+                owner = "SKIPPED_OPS" if op_type in SKIPPED_OPS else f"{other.__module__}.{other.__name__}"
                 raise RuntimeError(f"Paddle op type '{op_type}' registered twice: by {owner} and by "
                                    f"{function.__module__}.{function.__name__}")
+        for op_type in op_types:
             OP_TABLE[op_type] = function
         return function
     return register

@@ -162,10 +162,7 @@ def interp_v2(ctx):
 
 
 @converter(
-    "nearest_interp_v2_grad",
-    "pd_op.nearest_interp_grad",
-    "bilinear_interp_v2_grad",
-    "pd_op.bilinear_interp_grad",
+    "nearest_interp_v2_grad", "pd_op.nearest_interp_grad", "bilinear_interp_v2_grad", "pd_op.bilinear_interp_grad",
 )
 def interp_v2_grad(ctx):
     x, delta = ctx.input("X", "x"), ctx.input("Out@GRAD", "output_grad")

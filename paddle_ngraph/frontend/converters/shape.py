@@ -19,7 +19,7 @@ from .helpers import constant, reduce_to_shape
 from .registry import converter
 
 
-# --- shared by the converters of this module and of indexing.py -----------------------------
+# --- shared by the converters of this module and of other families (indexing, resample, tensor, optimizer) ---
 def const_ints(ctx, attr: str, *slots) -> list[int]:
     """An int-list attribute that Paddle may take from tensors instead (legacy ``ShapeTensor``,
     PIR ``full_int_array`` operands or lists of ``full`` scalars). The first slot given wins
@@ -192,7 +192,7 @@ def stack_grad(ctx):
     set_list_output(ctx, ("X@GRAD", "x_grad"), grads)
 
 
-# --- shared --------------------------------------------------------------------------------------------
+# --- shared by the shape ops below -----------------------------------------------------------------------
 def _product(dims) -> int:
     """Product of dims, -1 if one of them is dynamic."""
     return -1 if any(d < 0 for d in dims) else int(np.prod(dims, dtype=np.int64))

@@ -67,7 +67,7 @@ def assign_value(ctx):
     ctx.set_output(("Out", "out"), ops.Constant(np.asarray(values, dtype=dtype.numpy).reshape(shape)).output())
 
 
-# --- retyping and shape-only ops ---------------------------------------------------------------------
+# --- retyping and zeros ------------------------------------------------------------------------------
 @converter("cast", "pd_op.cast")
 def cast(ctx):
     """Also the gradient of cast: Paddle emits a cast back to the input dtype."""
