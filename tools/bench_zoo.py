@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     logging.getLogger("paddle_ngraph").setLevel(logging.WARNING)
     paddle.enable_static()
     if args.leave_to_paddle:
-        from paddle_ngraph.frontend.op_table import OP_TABLE
+        from paddle_ngraph.frontend import OP_TABLE
 
         for op_type in args.leave_to_paddle:
             if OP_TABLE.pop(op_type, None) is None:

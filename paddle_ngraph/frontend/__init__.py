@@ -1,11 +1,11 @@
-"""The Paddle frontend: decoders for both IRs, one converter table, the conversion session."""
+"""The Paddle frontend: decoders for both IRs, the converter registry, the conversion session."""
 from __future__ import annotations
 
 import os
 
 from ..errors import ProgramFileError
 from . import legacy_decoder, pir_decoder
-from .op_table import OP_TABLE, SKIPPED_OPS
+from .converters import OP_TABLE, SKIPPED_OPS
 from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo
 from .session import FETCH_PREFIX, STATE_PREFIX, ConversionSession, find_unsupported
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Function
-from ..ir.ops.core import Parameter
+from ..ir.ops import Parameter
 from ..passes.split_backward import Split, split_backward
 from .pir_decoder import decode_program
 from .session import STATE_PREFIX, ConversionSession, find_unsupported

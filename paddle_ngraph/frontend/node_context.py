@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ConversionError, RefusedOpError
 from ..ir import Output
 from ..ir.bfloat16 import widen
-from ..ir.ops.core import Constant
+from ..ir.ops import Constant
 from ..ir.types import DType
 from .program_view import OpView, normalize
 

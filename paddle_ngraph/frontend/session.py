@@ -11,9 +11,9 @@ from collections import Counter
 
 from ..errors import ConversionError, UnsupportedOpsError, ValidationError
 from ..ir import Function, Output
-from ..ir.ops.core import Parameter
+from ..ir.ops import Parameter
 from .node_context import NodeContext
-from .op_table import OP_TABLE, SKIPPED_OPS
+from .converters import OP_TABLE, SKIPPED_OPS
 from .program_view import FORWARD, ProgramView
 
 STATE_PREFIX = "state:"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import ValidationError
 from .node import Node, Output
-from .ops.core import Parameter
+from .ops import Parameter
 
 # Nodes named so are copies of forward nodes that passes/recompute.py made for the backward pass.
 # The order visits them after every other input of their reader, so that they run as late as
@@ -89,7 +89,7 @@ def clone_function(function: Function, shapes: dict[str, tuple] | None = None) -
     ``shapes`` gives parameters new (typically concrete) shapes by name: cloning with the
     shapes of the actual inputs specializes a function with dynamic dimensions.
     """
-    from .ops.core import Constant
+    from .ops import Constant
 
     copies: dict[int, Node] = {}
     for node in function.ordered_nodes():

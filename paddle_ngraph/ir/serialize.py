@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import SerializationError, ValidationError
 from .function import Function
 from .node import Node, op_class
-from .ops.core import Constant, Parameter
+from .ops import Constant, Parameter
 
 FORMAT = "paddle_ngraph.function"
 VERSION = 1

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError, ValidationError
 from ..frontend import FETCH_PREFIX
 from ..ir import Function, clone_function
-from ..ir.ops import Add, Divide
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Add, Constant, Divide, Parameter
 from ..ir.ops.optimizer import OptimizerUpdate
 
 ACCUMULATOR_PREFIX = "@ACCUMULATOR@"

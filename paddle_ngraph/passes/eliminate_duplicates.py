@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Function
-from ..ir.ops.core import Parameter
+from ..ir.ops import Parameter
 from .base import FunctionPass
 from .recompute import is_recomputed_copy
 from .rewrite import replace_outputs

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from ..ir import Function
 from ..ir.ops.collective import COLLECTIVE_OPS, is_statistics
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Constant, Parameter
 from .base import FunctionPass
 
 # Updates whose kernels read element i of their inputs before writing element i of an output, and

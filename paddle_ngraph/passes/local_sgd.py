@@ -40,8 +40,7 @@ import numpy as np
 from ..errors import ConfigError, ValidationError
 from ..frontend import STATE_PREFIX
 from ..ir import Function, Output, clone_function
-from ..ir.ops import Multiply, Subtract
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Constant, Multiply, Parameter, Subtract
 from ..ir.ops.optimizer import MomentumUpdate, OptimizerUpdate, SGDUpdate
 from .allreduce_buckets import allreduce_in_buckets
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ..ir import Function, Output
 from ..ir.function import RECOMPUTE_PREFIX
 from ..ir.ops.collective import COLLECTIVE_OPS
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Constant, Parameter
 from .base import FunctionPass
 
 # Never recomputed: a copy would draw another mask, or communicate again.

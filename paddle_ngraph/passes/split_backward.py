@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..errors import ValidationError
 from ..ir import Function
 from ..ir.node import Node, Output
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Constant, Parameter
 
 SAVED_PREFIX = "saved:"
 

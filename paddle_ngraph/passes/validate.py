@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import ValidationError
 from ..ir import Function
 from ..ir.node import as_tensor_types
-from ..ir.ops.core import Constant, Parameter
+from ..ir.ops import Constant, Parameter
 from .base import FunctionPass
 
 

@@ -225,7 +225,7 @@ def load_view(spec: str, ir: str | None, quiet: bool = True):
 def ir_ops_per_paddle_op(session, ops, produced: dict | None = None) -> dict[str, Counter]:
     """Paddle op type -> Counter of the IR op types its converter built, read from the conversion
     ``session`` of a segment before its passes (each node counted for the first op reaching it)."""
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     produced = defaultdict(Counter) if produced is None else produced
     seen: set[int] = set()
@@ -250,7 +250,7 @@ def classify(function) -> dict[int, str]:
     that transitively consumes one's output (constant-only subgraphs that feed only
     backward nodes go with them); forward: everything else.
     """
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
     from ..ir.ops.optimizer import OptimizerUpdate
 
     nodes = function.ordered_nodes()
@@ -292,7 +292,7 @@ _CLUSTERS = [
 
 
 def to_dot(function) -> str:
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     kind = classify(function)
     nodes = function.ordered_nodes()
@@ -383,7 +383,7 @@ def coverage_lines(view, produced: dict | None) -> list[str]:
 
 
 def report(label, view, function, produced, args, allreduce_pass) -> str:
-    from ..ir.ops.core import Parameter
+    from ..ir.ops import Parameter
 
     nodes = function.ordered_nodes()
     ir_name = {"legacy": "legacy ProgramDesc", "pir": "PIR program"}.get(view.ir, view.ir)

@@ -32,9 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConversionError
-from ..frontend import OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
+from ..frontend import OP_TABLE, OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
 from ..frontend.converters.shape import XSHAPE_DIMS_ONLY
-from ..frontend.op_table import OP_TABLE
 from ..frontend.program_view import normalize
 from .engine_op import MAX_VALUES  # values a segment can give Paddle: the operator's large size, less its token
 

@@ -96,3 +96,14 @@ def test_check_finite_names_the_tensor_after_allreduce():
         get_backend("CPU", check_finite=True).compile(f).call([value])
     with pytest.raises(paddle_ngraph.ConfigError, match="check_finite"):
         get_backend("INTERPRETER", check_finite=True)
+
+
+def test_a_kernel_reads_every_attribute_as_required():
+    """The IR op is the one source of attribute defaults: a node whose attribute is missing (the runtime
+    sends them all) fails when its kernel is made, naming the node, its op type and the attribute."""
+    x = ops.Parameter(dtype="float32", shape=(2, 3), name="x")
+    softmax = ops.Softmax(x.output(), axis=-1, name="probabilities")
+    del softmax.attrs["axis"]
+    native = _cpu.NativeExecutable()
+    with pytest.raises(ExecutionError, match=r"node 'probabilities' \(Softmax\): missing integer attribute 'axis'"):
+        native.add_compute(softmax, [0], [1])

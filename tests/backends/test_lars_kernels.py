@@ -1,6 +1,6 @@
 """LarsMomentumUpdate on both backends against Paddle's own CPU kernel (run eagerly), bit for bit.
 
-Paddle's norms are Eigen sums (backends/interpreter/kernels/lars.py); both backends add in
+Paddle's norms are Eigen sums (backends/interpreter/kernels/eigen_sum.py); both backends add in
 Eigen's order, so the results are equal, not merely close: sizes around the packet, the
 unrolled pair of packets and the leaf of Eigen's tree (8192 floats, 4096 doubles) check it.
 """
@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from paddle_ngraph.backends import get_backend
-from paddle_ngraph.backends.interpreter.kernels.lars import eigen_sum_squares
+from paddle_ngraph.backends.interpreter.kernels.eigen_sum import eigen_sum_squares
 from paddle_ngraph.ir import Function, ops
 
 SIZES = [1, 3, 8, 15, 17, 33, 1000, 4095, 4097, 8191, 8193, 16000, 40000, 300001]

@@ -1,4 +1,5 @@
-"""Type inference of the nn ops (ir/ops/nn_extra.py): output types, and errors that name the node."""
+"""Type inference of the conv, pool, norm, dropout, embedding and cross-entropy ops (ir/ops/conv.py, pool.py, norm.py,
+tensor.py, indexing.py, loss.py): output types, and errors that name the node."""
 import pytest
 
 from paddle_ngraph.errors import ValidationError

@@ -1,4 +1,4 @@
-"""Type inference of the indexing, stack, accuracy ops (ir/ops/tensor_ops.py), LambUpdate and LarsMomentumUpdate:
+"""Type inference of the indexing, stack, accuracy ops (ir/ops/indexing.py, shape.py), LambUpdate and LarsMomentumUpdate:
 output types, and errors that name the node."""
 import numpy as np
 import pytest

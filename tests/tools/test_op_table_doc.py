@@ -2,7 +2,7 @@
 import importlib.util
 import os
 
-from paddle_ngraph.frontend.op_table import OP_TABLE
+from paddle_ngraph.frontend import OP_TABLE
 from paddle_ngraph.ir.node import op_types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -20,7 +20,7 @@ def hide_converters():
     """Makes the engine lack some op types for a test: ``hide_converters(*op_types)`` removes them from the
     converter table; the whole table is put back after the test, in its order (docs/OPS.md is
     generated from that order, so monkeypatch.delitem, which re-appends, would reorder it)."""
-    from paddle_ngraph.frontend.op_table import OP_TABLE
+    from paddle_ngraph.frontend import OP_TABLE
 
     saved = dict(OP_TABLE)
 

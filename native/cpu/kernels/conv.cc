@@ -38,12 +38,12 @@ struct ConvGeometry {
     const Attrs& a = node.attrs;
     PDNG_CHECK(data.rank() == 4 && filters.rank() == 4 && out.rank() == 4,
                "data " + data.str() + ", filters " + filters.str() + " and output " + out.str() + " must be 4-D");
-    auto strides = hw_attr(a, "strides", 1), dilations = hw_attr(a, "dilations", 1);
-    auto begin = hw_attr(a, "pads_begin", 0), end = hw_attr(a, "pads_end", 0);
+    auto strides = hw_attr(a, "strides"), dilations = hw_attr(a, "dilations");
+    auto begin = hw_attr(a, "pads_begin"), end = hw_attr(a, "pads_end");
     N = data.shape[0]; C = data.shape[1]; H = data.shape[2]; W = data.shape[3];
     O = filters.shape[0]; KH = filters.shape[2]; KW = filters.shape[3];
     OH = out.shape[2]; OW = out.shape[3];
-    G = a.get_int("groups", 1);
+    G = a.get_int("groups");
     PDNG_CHECK(G >= 1 && O % G == 0 && C == filters.shape[1] * G,
                "filters " + filters.str() + " with groups=" + std::to_string(G) + " do not match data " + data.str());
     Cg = C / G; Og = O / G;

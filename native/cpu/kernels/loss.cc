@@ -1,6 +1,6 @@
 // Kernels of the loss ops: SoftmaxCrossEntropy, CrossEntropy (on probabilities) and their backprops.
 //
-// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/{basic,nn}.py) is the
+// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/loss.py) is the
 // specification: elementwise steps in the data's dtype, in its order (log_softmax = shifted -
 // log(sum(exp(shifted))), softmax = exp(log_softmax), as Paddle's fused kernel); sums accumulate
 // in double and are cast to the dtype where the interpreter holds the sum. Hard labels are int64
@@ -69,9 +69,9 @@ class SoftmaxCrossEntropyKernel : public Kernel {
     check_arity(node, 2, 2);
     const TensorDesc& logits = node.inputs[0];
     PDNG_CHECK(logits.rank() >= 1, "logits need rank >= 1, got " + logits.str());
-    L_ = axis_layout(logits.shape, normalize_axis(node.attrs.get_int("axis", -1), logits.rank(), "axis"));
-    soft_ = node.attrs.get_bool("soft_label", false);
-    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    L_ = axis_layout(logits.shape, normalize_axis(node.attrs.get_int("axis"), logits.rank(), "axis"));
+    soft_ = node.attrs.get_bool("soft_label");
+    ignore_index_ = node.attrs.get_int("ignore_index");
     if (soft_)
       check_like(node.inputs[1], logits, "soft label");
     else
@@ -158,9 +158,9 @@ class SoftmaxCrossEntropyBackpropKernel : public Kernel {
     check_arity(node, 3, 1);
     const TensorDesc& softmax = node.inputs[0];
     PDNG_CHECK(softmax.rank() >= 1, "softmax needs rank >= 1, got " + softmax.str());
-    L_ = axis_layout(softmax.shape, normalize_axis(node.attrs.get_int("axis", -1), softmax.rank(), "axis"));
-    soft_ = node.attrs.get_bool("soft_label", false);
-    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    L_ = axis_layout(softmax.shape, normalize_axis(node.attrs.get_int("axis"), softmax.rank(), "axis"));
+    soft_ = node.attrs.get_bool("soft_label");
+    ignore_index_ = node.attrs.get_int("ignore_index");
     if (soft_)
       check_like(node.inputs[1], softmax, "soft label");
     else
@@ -244,11 +244,11 @@ template <class T>
 class CrossEntropyKernel : public Kernel {
  public:
   explicit CrossEntropyKernel(const NodeInfo& node) {
-    soft_ = node.attrs.get_bool("soft_label", false);
+    soft_ = node.attrs.get_bool("soft_label");
     check_arity(node, 2, soft_ ? 1 : 2);
     const TensorDesc& x = node.inputs[0];
     L_ = cross_entropy_layout(x);
-    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    ignore_index_ = node.attrs.get_int("ignore_index");
     if (soft_)
       check_like(node.inputs[1], x, "soft label");
     else
@@ -313,8 +313,8 @@ class CrossEntropyBackpropKernel : public Kernel {
     check_arity(node, 3, 1);
     const TensorDesc& x = node.inputs[0];
     L_ = cross_entropy_layout(x);
-    soft_ = node.attrs.get_bool("soft_label", false);
-    ignore_index_ = node.attrs.get_int("ignore_index", -100);
+    soft_ = node.attrs.get_bool("soft_label");
+    ignore_index_ = node.attrs.get_int("ignore_index");
     if (soft_)
       check_like(node.inputs[1], x, "soft label");
     else

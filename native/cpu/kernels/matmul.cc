@@ -364,8 +364,8 @@ class MatMulKernel : public Kernel {
  public:
   MatMulKernel(const NodeInfo& node, bool fused)
       : fused_(fused),
-        g_(node.inputs.at(0).shape, node.inputs.at(1).shape, node.attrs.get_bool("transpose_a", false),
-           node.attrs.get_bool("transpose_b", false)) {
+        g_(node.inputs.at(0).shape, node.inputs.at(1).shape, node.attrs.get_bool("transpose_a"),
+           node.attrs.get_bool("transpose_b")) {
     dtype_ = node.inputs.at(0).dtype;
     check_float_dtype(dtype_);
     PDNG_CHECK(node.inputs.at(1).dtype == dtype_, "input dtypes differ");
@@ -378,7 +378,7 @@ class MatMulKernel : public Kernel {
       PDNG_CHECK(node.inputs[0].rank() == 2 && node.inputs[1].rank() == 2, "MatMulBias needs 2-D a and b");
       PDNG_CHECK(node.inputs[2].dtype == dtype_ && node.inputs[2].numel() == g_.N,
                  "bias " + node.inputs[2].str() + " must have " + std::to_string(g_.N) + " elements");
-      std::string act = node.attrs.has("activation") ? node.attrs.get_string("activation") : "none";
+      const std::string& act = node.attrs.get_string("activation");
       PDNG_CHECK(act == "none" || act == "relu" || act.empty(), "unsupported activation '" + act + "'");
       relu_ = act == "relu";
     } else {

@@ -134,10 +134,10 @@ class MomentumKernel : public Kernel {
   explicit MomentumKernel(const NodeInfo& node) {
     check_velocity_node(node);
     dtype_ = node.inputs[0].dtype;
-    mu_ = node.attrs.get_float("mu", 0.9);
-    nesterov_ = node.attrs.get_bool("use_nesterov", false);
-    coeff_ = node.attrs.get_float("regularization_coeff", 0.0);
-    rescale_ = node.attrs.get_float("rescale_grad", 1.0);
+    mu_ = node.attrs.get_float("mu");
+    nesterov_ = node.attrs.get_bool("use_nesterov");
+    coeff_ = node.attrs.get_float("regularization_coeff");
+    rescale_ = node.attrs.get_float("rescale_grad");
   }
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     PDNG_DISPATCH_FLOAT(dtype_, T, {
@@ -185,11 +185,11 @@ class AdamKernel : public Kernel {
   explicit AdamKernel(const NodeInfo& node) {
     check_adam_like(node);
     dtype_ = node.inputs[0].dtype;
-    beta1_ = node.attrs.get_float("beta1", 0.9);
-    beta2_ = node.attrs.get_float("beta2", 0.999);
-    eps_ = node.attrs.get_float("epsilon", 1e-8);
-    decay_ = node.attrs.get_float("weight_decay", 0.0);
-    lr_ratio_ = node.attrs.get_float("lr_ratio", 1.0);
+    beta1_ = node.attrs.get_float("beta1");
+    beta2_ = node.attrs.get_float("beta2");
+    eps_ = node.attrs.get_float("epsilon");
+    decay_ = node.attrs.get_float("weight_decay");
+    lr_ratio_ = node.attrs.get_float("lr_ratio");
   }
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     PDNG_DISPATCH_FLOAT(dtype_, T, {
@@ -247,11 +247,11 @@ class LambKernel : public Kernel {
   explicit LambKernel(const NodeInfo& node) {
     check_adam_like(node);
     dtype_ = node.inputs[0].dtype;
-    beta1_ = node.attrs.get_float("beta1", 0.9);
-    beta2_ = node.attrs.get_float("beta2", 0.999);
-    eps_ = node.attrs.get_float("epsilon", 1e-6);
-    decay_ = node.attrs.get_float("weight_decay", 0.01);
-    always_adapt_ = node.attrs.get_bool("always_adapt", false);
+    beta1_ = node.attrs.get_float("beta1");
+    beta2_ = node.attrs.get_float("beta2");
+    eps_ = node.attrs.get_float("epsilon");
+    decay_ = node.attrs.get_float("weight_decay");
+    always_adapt_ = node.attrs.get_bool("always_adapt");
   }
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     PDNG_DISPATCH_FLOAT(dtype_, T, update<T>(in, out));
@@ -319,7 +319,7 @@ class LambKernel : public Kernel {
 
 // --- LARS momentum ------------------------------------------------------------------------------------
 // Paddle takes LARS's norms with Eigen's x.square().sum(), whose order of additions the interpreter
-// repeats (backends/interpreter/kernels/lars.py, which explains it): halve ranges longer than
+// repeats (backends/interpreter/kernels/eigen_sum.py, which explains it): halve ranges longer than
 // kLeafPackets packets (the split rounded up to a packet boundary), and in a leaf add pairs of
 // packets lane-wise into two accumulators. A packet is 32 bytes (Paddle's AVX build). The leaves
 // are independent, so they run in parallel; the tree then adds their sums in Eigen's order.
@@ -406,11 +406,11 @@ class LarsMomentumKernel : public Kernel {
     check_velocity_node(node);
     dtype_ = node.inputs[0].dtype;
     // Paddle's attributes are C++ floats, cast to the parameter's type.
-    mu_ = static_cast<float>(node.attrs.get_float("mu", 0.9));
-    coeff_ = static_cast<float>(node.attrs.get_float("lars_coeff", 0.001));
-    decay_ = static_cast<float>(node.attrs.get_float("lars_weight_decay", 0.0005));
-    eps_ = static_cast<float>(node.attrs.get_float("epsilon", 0.0));
-    rescale_ = static_cast<float>(node.attrs.get_float("rescale_grad", 1.0));
+    mu_ = static_cast<float>(node.attrs.get_float("mu"));
+    coeff_ = static_cast<float>(node.attrs.get_float("lars_coeff"));
+    decay_ = static_cast<float>(node.attrs.get_float("lars_weight_decay"));
+    eps_ = static_cast<float>(node.attrs.get_float("epsilon"));
+    rescale_ = static_cast<float>(node.attrs.get_float("rescale_grad"));
   }
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
     PDNG_DISPATCH_FLOAT(dtype_, T, update<T>(in, out));

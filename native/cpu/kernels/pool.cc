@@ -62,14 +62,14 @@ struct PoolGeometry {
     N = x.shape[0]; C = x.shape[1]; H = x.shape[2]; W = x.shape[3];
     OH = y.shape[2]; OW = y.shape[3];
     PDNG_CHECK(y.shape[0] == N && y.shape[1] == C, "output " + y.str() + " does not match data " + x.str());
-    auto window = hw_attr(a, "window", 1), strides = hw_attr(a, "strides", 1);
-    auto begin = hw_attr(a, "pads_begin", 0), end = hw_attr(a, "pads_end", 0);
+    auto window = hw_attr(a, "window"), strides = hw_attr(a, "strides");
+    auto begin = hw_attr(a, "pads_begin"), end = hw_attr(a, "pads_end");
     KH = window[0]; KW = window[1]; sh = strides[0]; sw = strides[1];
     pt = begin[0]; pl = begin[1]; pb = end[0]; pr = end[1];
-    ceil_mode = a.get_bool("ceil_mode", false);
-    adaptive = a.get_bool("adaptive", false);
+    ceil_mode = a.get_bool("ceil_mode");
+    adaptive = a.get_bool("adaptive");
     // MaxPool has no divisor and no such attribute; adaptive averages are always exclusive.
-    exclusive = adaptive || a.get_bool("exclusive", true);
+    exclusive = adaptive || kind == Kind::Max || a.get_bool("exclusive");
     if (adaptive) {
       PDNG_CHECK(OH == KH && OW == KW, "adaptive pooling output " + y.str() + " should have the size of window");
     } else {

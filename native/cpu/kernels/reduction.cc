@@ -63,7 +63,7 @@ struct Odometer {
 std::vector<bool> reduced_flags(const NodeInfo& node, int rank) {
   std::vector<bool> flags(rank, false);
   if (rank == 0) return flags;  // the interpreter reduces a 0-D input as a whole: a copy
-  const auto& axes = node.attrs.has("axes") ? node.attrs.get_ints("axes") : std::vector<int64_t>{};
+  const auto& axes = node.attrs.get_ints("axes");  // empty: every axis
   if (axes.empty()) return std::vector<bool>(rank, true);
   for (int64_t a : axes) flags[normalize_axis(a, rank)] = true;
   return flags;
@@ -196,7 +196,7 @@ class ReduceKernel : public Kernel {
   explicit ReduceKernel(const NodeInfo& node) {
     const TensorDesc &x = node.inputs.at(0), &y = node.outputs.at(0);
     const auto flags = reduced_flags(node, x.rank());
-    const Shape expected = reduced_shape(x.shape, flags, node.attrs.get_bool("keep_dims", false));
+    const Shape expected = reduced_shape(x.shape, flags, node.attrs.get_bool("keep_dims"));
     if (y.shape != expected || y.dtype != x.dtype)
       throw Error("output is " + y.str() + ", expected " + dtype_name(x.dtype) + "[" + shape_str(expected) + "]");
     Layout lay(x.shape, flags);

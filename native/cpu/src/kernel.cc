@@ -87,10 +87,6 @@ int64_t Attrs::get_int(const std::string& name) const {
   return v[0];
 }
 
-int64_t Attrs::get_int(const std::string& name, int64_t fallback) const {
-  return ints_.count(name) ? get_int(name) : fallback;
-}
-
 double Attrs::get_float(const std::string& name) const {
   auto it = floats_.find(name);
   if (it == floats_.end()) {
@@ -99,10 +95,6 @@ double Attrs::get_float(const std::string& name) const {
   }
   if (it->second.size() != 1) throw Error("attribute '" + name + "' is a list, not a scalar");
   return it->second[0];
-}
-
-double Attrs::get_float(const std::string& name, double fallback) const {
-  return (floats_.count(name) || ints_.count(name)) ? get_float(name) : fallback;
 }
 
 // --- registry ----------------------------------------------------------------------------------

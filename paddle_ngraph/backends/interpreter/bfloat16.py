@@ -6,7 +6,7 @@ outputs rounded once to bfloat16 (nearest even). Checked against Paddle's bfloat
 One rule for every op rather than a bfloat16 variant of each kernel: a converter that splits a
 Paddle op into several IR nodes rounds after each, which is what Paddle's kernels that compute in
 bfloat16 step by step do (``scale``: x * bf16(scale), rounded, + bf16(bias), rounded). ``Convert``
-is the exception: it defines the conversions themselves (kernels/basic.py).
+is the exception: it defines the conversions themselves (kernels/tensor.py).
 """
 from __future__ import annotations
 

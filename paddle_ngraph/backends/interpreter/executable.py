@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import ExecutionError, NgraphError
 from ...ir import Function
 from ...ir.ops.collective import COLLECTIVE_OPS
-from ...ir.ops.core import Constant, Parameter
+from ...ir.ops import Constant, Parameter
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, register_backend
 from .bfloat16 import kernel_for

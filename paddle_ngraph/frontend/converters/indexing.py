@@ -1,9 +1,17 @@
-"""slice, gather, top_k/top_k_v2 (topk in PIR) with their grads, and accuracy."""
+"""Ops that pick elements by index or position, with their grads: slice, gather, index_select,
+top_k/top_k_v2 (topk in PIR), accuracy, the embedding lookups (lookup_table_v2 / PIR embedding,
+lookup_table) and tril_triu (PIR tril, triu: what nn.Transformer's
+generate_square_subsequent_mask emits, a Select with a constant mask of the last two dims).
+"""
 from __future__ import annotations
 
-from ...ir import ops
-from ...ir.types import normalize_axis
-from .shape import const_ints, zeros_like
+import numpy as np
+
+from ...ir import Output, ops
+from ...ir.types import DType, normalize_axis
+from .helpers import constant
+from .registry import converter
+from .shape import checked_axes, const_ints, zeros_like
 
 
 # --- slice --------------------------------------------------------------------------------------
@@ -18,6 +26,7 @@ def _slice_spec(ctx, rank: int):
     return axes, starts, ends, decrease
 
 
+@converter("slice", "pd_op.slice")
 def slice(ctx):  # noqa: A001  (named after the Paddle op)
     x = ctx.input("Input", "input")
     axes, starts, ends, decrease = _slice_spec(ctx, x.type.rank)
@@ -29,6 +38,7 @@ def slice(ctx):  # noqa: A001  (named after the Paddle op)
     ctx.set_output(("Out", "out"), out)
 
 
+@converter("slice_grad", "pd_op.slice_grad")
 def slice_grad(ctx):
     x, dout = ctx.input("Input", "input"), ctx.input("Out@GRAD", "out_grad")
     axes, starts, ends, decrease = _slice_spec(ctx, x.type.rank)
@@ -51,11 +61,13 @@ def _gather_operands(ctx):
     return x, index, axis
 
 
+@converter("gather", "pd_op.gather")
 def gather(ctx):
     x, index, axis = _gather_operands(ctx)
     ctx.set_output(("Out", "out"), ops.Gather(x, index, axis=axis).output())
 
 
+@converter("gather_grad", "pd_op.gather_grad")
 def gather_grad(ctx):
     x, index, axis = _gather_operands(ctx)
     dout = ctx.input("Out@GRAD", "out_grad")
@@ -67,6 +79,7 @@ def _top_k_axis(ctx) -> int:
     return int(ctx.attr("axis", default=-1))  # top_k (v1) has no axis: always the last
 
 
+@converter("top_k_v2", "top_k", "pd_op.topk")
 def top_k_v2(ctx):
     """top_k_v2 and top_k (legacy), topk (PIR). ``sorted=False`` still gives sorted results;
     Paddle's order is then unspecified, so only the set of values matches."""
@@ -76,14 +89,107 @@ def top_k_v2(ctx):
     ctx.set_output(("Indices", "indices"), node.output(1))
 
 
+@converter("top_k_v2_grad", "top_k_grad", "pd_op.topk_grad")
 def top_k_v2_grad(ctx):
     x, indices, dout = ctx.input("X", "x"), ctx.input("Indices", "indices"), ctx.input("Out@GRAD", "out_grad")
     grad = ops.ScatterElementsAdd(zeros_like(x), indices, dout, axis=_top_k_axis(ctx)).output()
     ctx.set_output(("X@GRAD", "x_grad"), grad)
 
 
+@converter("accuracy", "pd_op.accuracy")
 def accuracy(ctx):
     """The ``Out`` input (top-k values) only gives Paddle the shape; the indices decide."""
     node = ops.Accuracy(ctx.input("Indices", "indices"), ctx.input("Label", "label"))
     for i, slot in enumerate([("Accuracy", "accuracy"), ("Correct", "correct"), ("Total", "total")]):
         ctx.set_output(slot, node.output(i))
+
+
+def _index_select_operands(ctx):
+    x, index = ctx.input("X", "x"), ctx.input("Index", "index")
+    if index.type.rank != 1 or index.dtype not in (DType.int32, DType.int64):
+        raise ctx.fail(f"index must be a 1-D int32 or int64 tensor, got {index.type}")
+    return x, index, checked_axes(ctx, [ctx.attr("dim", "axis", default=0)], x.type.rank, "dim")[0]
+
+
+@converter("index_select", "pd_op.index_select")
+def index_select(ctx):
+    x, index, axis = _index_select_operands(ctx)
+    ctx.set_output(("Out", "out"), ops.Gather(x, index, axis=axis).output())
+
+
+@converter("index_select_grad", "pd_op.index_select_grad")
+def index_select_grad(ctx):
+    """Repeated indices accumulate, as in Paddle's kernel."""
+    x, index, axis = _index_select_operands(ctx)
+    dout = ctx.input("Out@GRAD", "out_grad")
+    ctx.set_output(("X@GRAD", "x_grad"), ops.ScatterAdd(zeros_like(x), index, dout, axis=axis).output())
+
+
+# --- embedding: lookup_table_v2 / PIR embedding; lookup_table (v1) has ids with a trailing 1 ------------
+def _padding_idx(ctx) -> int:
+    return int(ctx.attr("padding_idx", default=-1))  # -1: no padding row, as in Paddle
+
+
+def _ids(ctx, v1: bool) -> Output:
+    ids = ctx.input("Ids", "x")
+    if not v1:
+        return ids
+    if ids.type.rank < 2 or ids.shape[-1] not in (1, -1):
+        raise ctx.fail(f"lookup_table ids must end in a dimension of size 1, got {ids.type}")
+    return ops.Reshape(ids, shape=list(ids.shape[:-1])).output()
+
+
+def _lookup(ctx, v1: bool):
+    node = ops.EmbeddingLookup(ctx.input("W", "weight"), _ids(ctx, v1), padding_idx=_padding_idx(ctx))
+    ctx.set_output(("Out", "out"), node.output())
+
+
+def _lookup_grad(ctx, v1: bool):
+    if ctx.attr("is_sparse", "sparse", default=False):
+        raise ctx.fail("is_sparse=True (a SelectedRows gradient) is not supported")
+    node = ops.EmbeddingLookupBackprop(ctx.input("W", "weight"), _ids(ctx, v1), ctx.input("Out@GRAD", "out_grad"),
+                                       padding_idx=_padding_idx(ctx))
+    ctx.set_output(("W@GRAD", "weight_grad"), node.output())
+
+
+@converter("lookup_table_v2", "pd_op.embedding")
+def lookup_table_v2(ctx):
+    _lookup(ctx, v1=False)
+
+
+@converter("lookup_table_v2_grad", "pd_op.embedding_grad")
+def lookup_table_v2_grad(ctx):
+    _lookup_grad(ctx, v1=False)
+
+
+@converter("lookup_table")
+def lookup_table(ctx):
+    _lookup(ctx, v1=True)
+
+
+@converter("lookup_table_grad")
+def lookup_table_grad(ctx):
+    _lookup_grad(ctx, v1=True)
+
+
+def _keep(ctx, x):
+    """The kept elements of the last two dims: i - j >= -diagonal (tril) or <= -diagonal (triu)."""
+    if x.type.rank < 2 or min(x.shape[-2:]) < 0:
+        raise ctx.fail(f"needs an input of rank >= 2 with static last two dims, got {x.type}")
+    lower = ctx.attr("lower") if ctx.has_attr("lower") else ctx.op_type.endswith(("tril", "tril_grad"))
+    diagonal = int(ctx.attr("diagonal", default=0))
+    rows, cols = x.shape[-2:]
+    mask = np.tril(np.ones((rows, cols), bool), diagonal) if lower else np.triu(np.ones((rows, cols), bool), diagonal)
+    return ops.Constant(mask).output()
+
+
+@converter("tril_triu", "pd_op.tril", "pd_op.triu")
+def tril_triu(ctx):
+    x = ctx.input("X", "x")
+    ctx.set_output(("Out", "out"), ops.Select(_keep(ctx, x), x, constant(0, x.dtype)).output())
+
+
+@converter("tril_triu_grad", "pd_op.tril_grad", "pd_op.triu_grad")
+def tril_triu_grad(ctx):
+    delta = ctx.input("Out@GRAD", "out_grad")
+    ctx.set_output(("X@GRAD", "x_grad"), ops.Select(_keep(ctx, delta), delta, constant(0, delta.dtype)).output())

@@ -6,17 +6,20 @@ import numpy as np
 
 from ...ir import Output, ops
 from .helpers import constant, reduce_to_shape
+from .registry import converter
 
 
 def _flags(ctx):
     return bool(ctx.attr("trans_x", "transpose_x", default=False)), bool(ctx.attr("trans_y", "transpose_y", default=False))
 
 
+@converter("matmul_v2", "pd_op.matmul")
 def matmul_v2(ctx):
     tx, ty = _flags(ctx)
     ctx.set_output(("Out", "out"), ops.MatMul(ctx.input("X", "x"), ctx.input("Y", "y"), transpose_a=tx, transpose_b=ty).output())
 
 
+@converter("matmul_v2_grad", "pd_op.matmul_grad")
 def matmul_v2_grad(ctx):
     tx, ty = _flags(ctx)
     _set_matmul_grads(ctx, ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Out@GRAD", "out_grad"), tx, ty)
@@ -74,12 +77,14 @@ def _scaled(value: Output, alpha: float) -> Output:
     return value if alpha == 1.0 else ops.Multiply(value, constant(alpha, value.dtype)).output()
 
 
+@converter("matmul")
 def matmul(ctx):
     tx, ty, alpha = _v1_attrs(ctx)
     out = ops.MatMul(ctx.input("X"), ctx.input("Y"), transpose_a=tx, transpose_b=ty).output()
     ctx.set_output("Out", _scaled(out, alpha))
 
 
+@converter("matmul_grad")
 def matmul_grad(ctx):
     tx, ty, alpha = _v1_attrs(ctx)
     _set_matmul_grads(ctx, ctx.input("X"), ctx.input("Y"), _scaled(ctx.input("Out@GRAD"), alpha), tx, ty)
@@ -97,6 +102,7 @@ def _as_matrix(value: Output, num_col_dims: int) -> Output:
     return _reshape_to(value, [size(value.shape[:num_col_dims]), size(value.shape[num_col_dims:])])
 
 
+@converter("mul", "pd_op.matmul_with_flatten")
 def mul(ctx):
     x, y = ctx.input("X", "x"), ctx.input("Y", "y")
     xn, yn = _num_col_dims(ctx)
@@ -104,6 +110,7 @@ def mul(ctx):
     ctx.set_output(("Out", "out"), _reshape_to(out, list(x.shape[:xn]) + list(y.shape[yn:])))
 
 
+@converter("mul_grad", "pd_op.matmul_with_flatten_grad")
 def mul_grad(ctx):
     x, y, dout = ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Out@GRAD", "out_grad")
     xn, yn = _num_col_dims(ctx)

@@ -3,6 +3,7 @@ trailing '_')."""
 from __future__ import annotations
 
 from ...ir import ops
+from .registry import converter
 from .shape import set_list_output
 
 
@@ -11,12 +12,14 @@ def _reject_multi_precision(ctx):
         raise ctx.fail("multi_precision (master weights) is not supported yet")
 
 
+@converter("sgd", "pd_op.sgd_")
 def sgd(ctx):
     _reject_multi_precision(ctx)
     node = ops.SGDUpdate(ctx.input("Param", "param"), ctx.input("Grad", "grad"), ctx.input("LearningRate", "learning_rate"))
     ctx.set_output(("ParamOut", "param_out"), node.output(0))
 
 
+@converter("momentum", "pd_op.momentum_")
 def momentum(ctx):
     _reject_multi_precision(ctx)
     method = ctx.attr("regularization_method", default="")
@@ -30,10 +33,12 @@ def momentum(ctx):
     ctx.set_output(("VelocityOut", "velocity_out"), node.output(1))
 
 
+@converter("adam", "pd_op.adam_")
 def adam(ctx):
     _adam(ctx, weight_decay=0.0, lr_ratio=1.0)
 
 
+@converter("adamw", "pd_op.adamw_")
 def adamw(ctx):
     if not ctx.attr("with_decay", default=True):
         _adam(ctx, weight_decay=0.0, lr_ratio=float(ctx.attr("lr_ratio", default=1.0)))
@@ -62,6 +67,7 @@ def _adam(ctx, weight_decay: float, lr_ratio: float):
         ctx.set_output(slot, node.output(i))
 
 
+@converter("lamb", "pd_op.lamb_")
 def lamb(ctx):
     _reject_multi_precision(ctx)
     if ctx.has_input("SkipUpdate", "skip_update"):
@@ -77,6 +83,7 @@ def lamb(ctx):
         ctx.set_output(slot, node.output(i))
 
 
+@converter("lars_momentum", "pd_op.lars_momentum_")
 def lars_momentum(ctx):
     """Paddle's op updates a list of parameters (one per op as LarsMomentumOptimizer builds it;
     PIR packs each list with builtin.combine), each with its own decay: one node per parameter."""

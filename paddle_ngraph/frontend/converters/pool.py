@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...ir import ops
 from .conv import explicit_paddings, from_nchw, to_nchw
+from .registry import converter
 
 
 def _pool_attrs(ctx, data_nchw) -> tuple[str, dict]:
@@ -32,6 +33,7 @@ def _pool_attrs(ctx, data_nchw) -> tuple[str, dict]:
     return kind, attrs
 
 
+@converter("pool2d", "pd_op.pool2d")
 def pool2d(ctx):
     data = to_nchw(ctx, ctx.input("X", "x"))
     kind, attrs = _pool_attrs(ctx, data)
@@ -39,6 +41,7 @@ def pool2d(ctx):
     ctx.set_output(("Out", "out"), from_nchw(ctx, op(data, **attrs).output()))
 
 
+@converter("pool2d_grad", "pd_op.pool2d_grad")
 def pool2d_grad(ctx):
     data = to_nchw(ctx, ctx.input("X", "x"))
     delta = to_nchw(ctx, ctx.input("Out@GRAD", "out_grad"))

@@ -1,12 +1,17 @@
-"""Tensor creation: fill_constant/full, full_like, full_int_array, assign."""
+"""Tensor creation, retyping and copies: fill_constant/full, full_int_array, full_like, assign,
+assign_value, cast, fill_zeros_like; and dropout, whose random mask is created here.
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir import ops
-from .helpers import paddle_dtype
+from ...ir import Output, ops
+from .helpers import constant, paddle_dtype
+from .registry import converter
+from .shape import zeros_like
 
 
+@converter("fill_constant", "pd_op.full")
 def fill_constant(ctx):
     if ctx.has_input("ShapeTensor", "ShapeTensorList", "ValueTensor"):
         raise ctx.fail("shape or value given as tensors is not supported")
@@ -19,11 +24,13 @@ def fill_constant(ctx):
     ctx.set_output(("Out", "out"), ops.Constant(np.full(shape, value, dtype=dtype.numpy)).output())
 
 
+@converter("pd_op.full_int_array")
 def full_int_array(ctx):
     dtype = paddle_dtype(ctx.attr("dtype", default="int64"))
     ctx.set_output(("Out", "out"), ops.Constant(np.asarray(ctx.attr("value"), dtype=dtype.numpy).reshape(-1)).output())
 
 
+@converter("fill_any_like", "pd_op.full_like")
 def full_like(ctx):
     x = ctx.input("X", "x")
     # Legacy fill_any_like says dtype -1 for "X's dtype" (the zero grad of an unused split output).
@@ -37,6 +44,7 @@ def full_like(ctx):
     ctx.set_output(("Out", "out"), ops.BroadcastTo(scalar, like).output())
 
 
+@converter("assign", "pd_op.assign")
 def assign(ctx):
     ctx.set_output(("Out", "out"), ctx.input("X", "x"))
 
@@ -44,6 +52,7 @@ def assign(ctx):
 _ASSIGN_VALUE_FIELDS = ("fp32_values", "fp64_values", "int32_values", "int64_values", "bool_values", "values")
 
 
+@converter("assign_value", "pd_op.assign_value", "pd_op.assign_value_")
 def assign_value(ctx):
     dtype = paddle_dtype(ctx.attr("dtype"))
     shape = [int(d) for d in ctx.attr("shape")]
@@ -56,3 +65,74 @@ def assign_value(ctx):
     # Legacy programs store paddle Scalar objects; PIR plain numbers.
     values = [v.value() if hasattr(v, "value") and callable(v.value) else v for v in values]
     ctx.set_output(("Out", "out"), ops.Constant(np.asarray(values, dtype=dtype.numpy).reshape(shape)).output())
+
+
+# --- retyping and zeros ------------------------------------------------------------------------------
+@converter("cast", "pd_op.cast")
+def cast(ctx):
+    """Also the gradient of cast: Paddle emits a cast back to the input dtype."""
+    x = ctx.input("X", "x")
+    dtype = paddle_dtype(ctx.attr("out_dtype", "dtype"))
+    ctx.set_output(("Out", "out"), x if x.dtype == dtype else ops.Convert(x, dtype=dtype.value).output())
+
+
+@converter("fill_zeros_like")
+def fill_zeros_like(ctx):
+    ctx.set_output(("Out", "out"), zeros_like(ctx.input("X", "x")))
+
+
+# --- dropout ------------------------------------------------------------------------------------------
+def _dropout_prob(ctx) -> float:
+    return float(ctx.attr_or_const_input(("dropout_prob",), ("p",), default=0.5))
+
+
+def _upscale_in_train(ctx) -> bool:
+    mode = ctx.attr("dropout_implementation", "mode", default="downgrade_in_infer")
+    if mode not in ("downgrade_in_infer", "upscale_in_train"):
+        raise ctx.fail(f"dropout_implementation {mode!r} is not supported")
+    return mode == "upscale_in_train"
+
+
+def _keep_prob(p: float, value: Output) -> Output:
+    # Paddle computes 1.0f - p in float32 and then casts it to the data type.
+    return constant(np.float32(1.0) - np.float32(p), value.dtype)
+
+
+def _apply_mask(value: Output, mask: Output, p: float, upscale: bool) -> Output:
+    """value * mask, divided by the keep probability in upscale_in_train mode.
+
+    With p == 1 everything is dropped and Paddle returns zeros instead of dividing by 0.
+    """
+    kept = ops.Multiply(value, ops.Convert(mask, dtype=value.dtype.value).output()).output()
+    if not upscale or p == 1.0:
+        return kept
+    return ops.Divide(kept, _keep_prob(p, value)).output()
+
+
+def _apply_test_mode(value: Output, p: float, upscale: bool) -> Output:
+    """At test time nothing is dropped; downgrade_in_infer scales by the keep probability instead."""
+    return value if upscale else ops.Multiply(value, _keep_prob(p, value)).output()
+
+
+@converter("dropout", "pd_op.dropout")
+def dropout(ctx):
+    x, p, upscale = ctx.input("X", "x"), _dropout_prob(ctx), _upscale_in_train(ctx)
+    if ctx.attr("is_test", default=False):
+        ctx.set_output(("Out", "out"), _apply_test_mode(x, p, upscale))
+        return
+    if ctx.has_input("Seed", "seed_tensor"):
+        raise ctx.fail("a seed given as a tensor is not supported")
+    seed = int(ctx.attr("seed", default=0)) if ctx.attr("fix_seed", default=False) else None
+    mask = ops.DropoutMask(x, prob=p, seed=seed).output()
+    ctx.set_output(("Mask", "mask"), mask)
+    ctx.set_output(("Out", "out"), _apply_mask(x, mask, p, upscale))
+
+
+@converter("dropout_grad", "pd_op.dropout_grad")
+def dropout_grad(ctx):
+    delta, p, upscale = ctx.input("Out@GRAD", "out_grad"), _dropout_prob(ctx), _upscale_in_train(ctx)
+    if ctx.attr("is_test", default=False):
+        grad = _apply_test_mode(delta, p, upscale)
+    else:
+        grad = _apply_mask(delta, ctx.input("Mask", "mask"), p, upscale)
+    ctx.set_output(("X@GRAD", "x_grad"), grad)

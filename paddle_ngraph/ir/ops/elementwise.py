@@ -1,4 +1,5 @@
-"""Elementwise ops. All binary ops share one type rule: NumPy broadcasting."""
+"""Elementwise ops: arithmetic, comparisons, logical ops, unary math, select. All binary ops share
+one type rule: NumPy broadcasting. The activations (ops/activation.py) build on the unary bases."""
 from __future__ import annotations
 
 from ..node import Node, register_op
@@ -57,16 +58,10 @@ for _name in ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual
 for _name in ["LogicalAnd", "LogicalOr"]:
     _define(_name, BinaryElementwise, f"{_name} of boolean tensors.", result_dtype=DType.bool)
 _define("LogicalNot", UnaryElementwise, "Logical not of a boolean tensor.", float_only=False)
-for _name in ["Relu", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt"]:
+for _name in ["Exp", "Log", "Sqrt"]:
     _define(_name, UnaryElementwise, f"Elementwise {_name.lower()}.")
 _define("Negative", UnaryElementwise, "Elementwise negation.", float_only=False)
 _define("Abs", UnaryElementwise, "Elementwise absolute value.", float_only=False)
-_define("Gelu", UnaryElementwise, "GELU, exact (erf) or tanh approximation.", attributes={"approximate": False})
-# Backprops take the forward value they need: Relu/Tanh/Sigmoid their output, Gelu its input.
-_define("ReluBackprop", UnaryBackprop, "dx = dy * (out > 0).")
-_define("TanhBackprop", UnaryBackprop, "dx = dy * (1 - out^2).")
-_define("SigmoidBackprop", UnaryBackprop, "dx = dy * out * (1 - out).")
-_define("GeluBackprop", UnaryBackprop, "dx = dy * gelu'(x).", attributes={"approximate": False})
 
 
 @register_op

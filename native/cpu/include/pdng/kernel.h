@@ -59,6 +59,12 @@ struct Error : std::runtime_error {
 
 // A node's attributes. Python bools and ints arrive as ints, floats as floats
 // (scalars as one-element lists), strings as strings; None is absent.
+//
+// The IR op is the one source of attribute defaults: a node carries every attribute its op
+// declares (ir/ops/, filled in by the Node constructor) and the runtime sends them all, so a
+// kernel reads them as required. A missing one is an Error naming the attribute (the executor
+// adds the node and its op type); only attributes whose value may be None (DropoutMask's seed)
+// are tested with has().
 class Attrs {
  public:
   void set_ints(const std::string& name, std::vector<int64_t> v) { ints_[name] = std::move(v); }
@@ -67,12 +73,9 @@ class Attrs {
 
   bool has(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
-  int64_t get_int(const std::string& name, int64_t fallback) const;
   bool get_bool(const std::string& name) const { return get_int(name) != 0; }
-  bool get_bool(const std::string& name, bool fallback) const { return get_int(name, fallback) != 0; }
   // A float attribute; an int attribute of that name is accepted too (Python's 1 for 1.0).
   double get_float(const std::string& name) const;
-  double get_float(const std::string& name, double fallback) const;
   const std::vector<int64_t>& get_ints(const std::string& name) const;
   const std::vector<double>& get_floats(const std::string& name) const;
   const std::string& get_string(const std::string& name) const;

@@ -3,8 +3,8 @@
 // outputs (with the messages the kernels report), and the float32/float64 kernel factories.
 //
 // Header-only (inline functions and templates) so that the loops that call them stay inlined.
-// Constants that a kernel file tunes on its own (elementwise.cc's and optimizer.cc's work per
-// thread, pool.cc's and conv.cc's thresholds) stay in that file.
+// Constants that a kernel file tunes on its own (elementwise_loops.h's and optimizer.cc's work per
+// thread, pool.cc's and conv.cc's thresholds) stay there.
 #pragma once
 
 #include <algorithm>
@@ -141,6 +141,12 @@ void for_each_lane_group(const AxisLayout& L, Body&& body) {
 }
 
 // --- checks of a node ----------------------------------------------------------------------------
+// `what` (an input or output of the node) has the shape `expected`.
+inline void check_shape(const TensorDesc& got, const Shape& expected, const std::string& what) {
+  if (got.shape != expected)
+    throw Error(what + " is " + got.str() + ", expected shape [" + shape_str(expected) + "]");
+}
+
 // The node has exactly n_in inputs and n_out outputs (the executor does not check arities).
 inline void check_arity(const NodeInfo& node, size_t n_in, size_t n_out) {
   PDNG_CHECK(node.inputs.size() == n_in && node.outputs.size() == n_out,
@@ -166,10 +172,8 @@ inline void check_float_dtype(DType dtype) {
              std::string("unsupported dtype ") + dtype_name(dtype) + " (float32 or float64 expected)");
 }
 
-// A 2-D spatial attribute (strides, dilations, paddings, window) as its (H, W) pair; both
-// `fallback` when the node does not have it.
-inline std::vector<int64_t> hw_attr(const Attrs& attrs, const char* name, int64_t fallback) {
-  if (!attrs.has(name)) return std::vector<int64_t>{fallback, fallback};
+// A 2-D spatial attribute (strides, dilations, paddings, window) as its (H, W) pair.
+inline std::vector<int64_t> hw_attr(const Attrs& attrs, const char* name) {
   const auto& v = attrs.get_ints(name);
   PDNG_CHECK(v.size() == 2, std::string("attribute ") + name + " needs 2 values (H, W)");
   return v;

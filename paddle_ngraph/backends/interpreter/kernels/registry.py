@@ -1,4 +1,7 @@
-"""The kernel table shared by the kernel modules."""
+"""The kernel table: each family module registers its kernels with ``@kernel(<op type>, ...)``.
+
+A kernel is ``fn(node, inputs, transport) -> list of outputs`` (NumPy arrays).
+"""
 from __future__ import annotations
 
 KERNELS: dict = {}
@@ -12,3 +15,8 @@ def kernel(*op_types):
             KERNELS[t] = fn
         return fn
     return decorate
+
+
+def output_dtype(node, i=0):
+    """The NumPy dtype of the node's output ``i``, which a kernel casts its result to."""
+    return node.output_types[i].dtype.numpy

@@ -1,4 +1,4 @@
-"""Kernel of LarsMomentumUpdate, and the sum of squares in the order of Paddle's Eigen.
+"""The sum of squares in the order of Paddle's Eigen, for the LarsMomentumUpdate kernel (optimizer.py).
 
 Paddle's CPU lars_momentum (phi/kernels/cpu/lars_momentum_kernel.cc) takes its norms with
 Eigen's ``x.square().sum().sqrt()``. Eigen sums in its own order, which differs from NumPy's
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import kernel
 
 PACKET_BYTES = 32  # AVX
+
+
 LEAF_PACKETS = 1024  # Eigen's InnerMostDimReducer::kLeafSize
 
 
@@ -68,25 +69,3 @@ def eigen_sum_squares(x: np.ndarray):
     sq = np.ascontiguousarray(x).reshape(-1)
     sq = sq * sq
     return _tree(sq, 0, sq.size, PACKET_BYTES // sq.dtype.itemsize)
-
-
-@kernel("LarsMomentumUpdate")
-def _lars_momentum(node, args, transport):
-    """Paddle's CPU lars_momentum for one parameter, in its order of operations. Its attributes
-    are C++ floats, cast to the parameter's dtype, hence the round trip through float32."""
-    param, grad, lr, velocity = args
-    a = node.attrs
-    t = param.dtype.type
-
-    def attr(key):
-        return t(np.float32(a[key]))
-
-    mu, coeff, decay, eps = attr("mu"), attr("lars_coeff"), attr("lars_weight_decay"), attr("epsilon")
-    grad = attr("rescale_grad") * grad
-    p_norm, g_norm = np.sqrt(eigen_sum_squares(param)), np.sqrt(eigen_sum_squares(grad))
-    local_lr = lr.reshape(()).astype(param.dtype)[()]
-    if decay > 0 and p_norm > 0 and g_norm > 0:
-        local_lr = t(t(t(local_lr * coeff) * p_norm) / t(t(g_norm + t(decay * p_norm)) + eps))
-    v_out = velocity * mu + local_lr * (grad + decay * param)
-    p_out = param - v_out
-    return [p_out.astype(param.dtype), v_out.astype(param.dtype)]

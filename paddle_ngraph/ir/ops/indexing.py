@@ -1,20 +1,51 @@
-"""Indexing ops (gather, top-k, slices) and their scatter inverses, stack, and accuracy."""
+"""Ops that pick elements by index or position (slice, gather, top-k, embedding lookup), their
+scatter inverses, and accuracy."""
 from __future__ import annotations
 
 from ..node import Node, register_op
 from ..types import DType, TensorType, dims_compatible, normalize_axis
-from .core import Slice
+from .checks import checked_axis
 
-__all__ = ["Gather", "ScatterAdd", "ScatterElementsAdd", "ReplaceSlice", "Stack", "TopK", "Accuracy"]
+__all__ = [
+    "Slice",
+    "ReplaceSlice",
+    "Gather",
+    "ScatterAdd",
+    "ScatterElementsAdd",
+    "TopK",
+    "Accuracy",
+    "EmbeddingLookup",
+    "EmbeddingLookupBackprop",
+]
+
+
+@register_op
+class Slice(Node):
+    """Slice along ``axes`` with Python semantics for negative and out-of-range bounds."""
+
+    op_type = "Slice"
+    attributes = {"axes": (), "starts": (), "ends": ()}
+    num_inputs = 1
+
+    def infer(self):
+        src = self.input_type(0)
+        shape = list(src.shape)
+        axes, starts, ends = self.attrs["axes"], self.attrs["starts"], self.attrs["ends"]
+        self.check(len(axes) == len(starts) == len(ends),
+                   f"axes, starts and ends differ in length ({len(axes)}, {len(starts)}, {len(ends)})")
+        seen = set()
+        for axis, start, end in zip(axes, starts, ends):
+            axis = normalize_axis(axis, src.rank)
+            self.check(0 <= axis < src.rank, f"axis {axis} out of range for {src}")
+            # Slicing an axis twice has no one meaning (the kernels would apply only the last).
+            self.check(axis not in seen, f"axis {axis} is sliced twice (axes {list(axes)})")
+            seen.add(axis)
+            if shape[axis] >= 0:
+                shape[axis] = len(range(*slice(start, end).indices(shape[axis])))
+        return [TensorType(src.dtype, shape)]
+
 
 _INDEX_DTYPES = (DType.int32, DType.int64)
-
-
-def _axis(node: Node, axis: int, rank: int) -> int:
-    """``axis`` normalized to [0, rank); fails naming the node when out of range."""
-    normalized = normalize_axis(int(axis), rank)
-    node.check(0 <= normalized < rank, f"axis {axis} out of range for rank {rank}")
-    return normalized
 
 
 def _gathered_shape(x: TensorType, index: TensorType, axis: int) -> list:
@@ -48,7 +79,7 @@ class Gather(Node):
     def infer(self):
         x, index = self.input_type(0), self.input_type(1)
         _check_index(self, index)
-        return [TensorType(x.dtype, _gathered_shape(x, index, _axis(self, self.attrs["axis"], x.rank)))]
+        return [TensorType(x.dtype, _gathered_shape(x, index, checked_axis(self, self.attrs["axis"], x.rank)))]
 
 
 @register_op
@@ -64,7 +95,7 @@ class ScatterAdd(Node):
         data, index, updates = (self.input_type(i) for i in range(3))
         _check_index(self, index)
         self.check(updates.dtype == data.dtype, f"updates {updates} and data {data} dtypes differ")
-        expected = _gathered_shape(data, index, _axis(self, self.attrs["axis"], data.rank))
+        expected = _gathered_shape(data, index, checked_axis(self, self.attrs["axis"], data.rank))
         _check_same_shape(self, "updates", updates, expected)
         return [data]
 
@@ -81,7 +112,7 @@ class ScatterElementsAdd(Node):
 
     def infer(self):
         data, indices, updates = (self.input_type(i) for i in range(3))
-        _axis(self, self.attrs["axis"], data.rank)
+        checked_axis(self, self.attrs["axis"], data.rank)
         self.check(indices.dtype in _INDEX_DTYPES, f"indices must be int32 or int64, got {indices}")
         self.check(indices.rank == data.rank, f"indices {indices} must have the rank of data {data}")
         self.check(updates.dtype == data.dtype, f"updates {updates} and data {data} dtypes differ")
@@ -107,27 +138,6 @@ class ReplaceSlice(Node):
 
 
 @register_op
-class Stack(Node):
-    """Stacks same-typed inputs along a new axis ``axis`` (in [-(rank+1), rank])."""
-
-    op_type = "Stack"
-    attributes = {"axis": 0}
-
-    def infer(self):
-        self.check(len(self.inputs) >= 1, "needs at least one input")
-        first = self.input_type(0)
-        for i in range(1, len(self.inputs)):
-            t = self.input_type(i)
-            self.check(t.dtype == first.dtype and t.rank == first.rank
-                       and all(dims_compatible(a, b) for a, b in zip(t.shape, first.shape)),
-                       f"input {i} is {t}, input 0 is {first}")
-        axis = _axis(self, self.attrs["axis"], first.rank + 1)
-        shape = list(first.shape)
-        shape.insert(axis, len(self.inputs))
-        return [TensorType(first.dtype, shape)]
-
-
-@register_op
 class TopK(Node):
     """The ``k`` largest (or smallest) values along ``axis`` and their int64 indices.
 
@@ -142,7 +152,7 @@ class TopK(Node):
     def infer(self):
         x = self.input_type(0)
         self.check(x.rank >= 1, f"needs an input of rank >= 1, got {x}")
-        axis = _axis(self, self.attrs["axis"], x.rank)
+        axis = checked_axis(self, self.attrs["axis"], x.rank)
         k = int(self.attrs["k"])
         self.check(k >= 1, f"k must be >= 1, got {k}")
         self.check(x.shape[axis] < 0 or k <= x.shape[axis], f"k={k} exceeds dim {axis} of {x}")
@@ -166,3 +176,39 @@ class Accuracy(Node):
         self.check(label.dtype in _INDEX_DTYPES and column, f"label must be integer [N, 1] or [N], got {label}")
         self.check(dims_compatible(label.shape[0], indices.shape[0]), f"label {label} and indices {indices} differ in N")
         return [TensorType(DType.float32, ()), TensorType(DType.int32, ()), TensorType(DType.int32, ())]
+
+
+# --- embedding -------------------------------------------------------------------------------------
+def _check_embedding(node: Node, weight: TensorType, ids: TensorType):
+    node.check(weight.rank == 2 and weight.dtype.is_float, f"weight {weight} must be a 2-D floating-point table")
+    node.check(ids.dtype in (DType.int64, DType.int32), f"ids must be int64 or int32, got {ids}")
+
+
+@register_op
+class EmbeddingLookup(Node):
+    """Inputs (weight [V, D], ids); output ids.shape + [D]. Rows of ``padding_idx`` (-1: none) read as zeros."""
+
+    op_type = "EmbeddingLookup"
+    attributes = {"padding_idx": -1}
+    num_inputs = 2
+
+    def infer(self):
+        weight, ids = self.input_type(0), self.input_type(1)
+        _check_embedding(self, weight, ids)
+        return [TensorType(weight.dtype, list(ids.shape) + [weight.shape[1]])]
+
+
+@register_op
+class EmbeddingLookupBackprop(Node):
+    """Inputs (weight, ids, delta); the dense weight gradient (row ``padding_idx`` stays zero)."""
+
+    op_type = "EmbeddingLookupBackprop"
+    attributes = {"padding_idx": -1}
+    num_inputs = 3
+
+    def infer(self):
+        weight, ids, delta = (self.input_type(i) for i in range(3))
+        _check_embedding(self, weight, ids)
+        self.check(delta.dtype == weight.dtype and delta.rank == ids.rank + 1,
+                   f"delta {delta} does not match ids {ids} and weight {weight}")
+        return [weight]

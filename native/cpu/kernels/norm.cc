@@ -1,171 +1,26 @@
-// Kernels of the normalization ops: Softmax, BatchNorm* (sync_batch_norm's *Sums too), LayerNorm, LRN and
-// their backprops.
+// Kernels of the normalization ops (ir/ops/norm.py): BatchNorm* (sync_batch_norm's *Sums too), LayerNorm, LRN
+// and their backprops.
 //
-// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/{basic,nn}.py) is the
+// The NumPy interpreter (paddle_ngraph/backends/interpreter/kernels/norm.py) is the
 // specification: every elementwise step is done in the data's dtype, in the interpreter's
 // order (which is Paddle's where it matters: two-pass variance, the folded batch-norm scale
 // and bias, the backprop formulas). Sums accumulate in double and are cast to the dtype where
 // the interpreter holds the sum (NumPy sums pairwise in the dtype; double is at least as exact).
 // Reductions that span many rows are split into a fixed number of chunks, independent of the
-// thread count, so results do not depend on it. Plain loops with OpenMP, float32 and float64;
-// float32 Softmax runs oneDNN's (vectorized exp) where oneDNN has an implementation.
+// thread count, so results do not depend on it. Plain loops with OpenMP, float32 and float64.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
-#include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
 #include "pdng/kernel_util.h"
 
 namespace pdng {
 namespace {
-
-// --- oneDNN softmax (float32) --------------------------------------------------------------------
-// A softmax_forward primitive on plain row-major tensors; init() returns false where oneDNN
-// has no implementation (the kernel then runs its loops).
-class DnnlSoftmax {
- public:
-  bool init(const TensorDesc& x, int axis, dnnl::algorithm algorithm) {
-    try {
-      const dnnl::memory::desc md = plain_md(x);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::softmax_forward::primitive_desc pd(dnnl_engine(), dnnl::prop_kind::forward_inference, algorithm, md, md,
-                                               axis, attr);
-      prim_ = dnnl::softmax_forward(pd);
-      src_ = wrap(md);
-      dst_ = wrap(md);
-      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd.scratchpad_desc(), dnnl_engine())}};
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }
-
-  void run(const void* x, void* y) {
-    src_.set_data_handle(const_cast<void*>(x));
-    dst_.set_data_handle(y);
-    prim_.execute(dnnl_stream(), args_);
-    dnnl_stream().wait();
-  }
-
- private:
-  dnnl::primitive prim_;
-  dnnl::memory src_, dst_;
-  std::unordered_map<int, dnnl::memory> args_;
-};
-
-// --- Softmax -----------------------------------------------------------------------------------
-// e = exp(x - max(x)); out = e / sum(e). float32 runs oneDNN's softmax_accurate (vectorized exp,
-// within ~3e-7 of the loops) unless the input holds NaN or inf. The loops reduce along the axis of
-// an AxisLayout, one lane group at a time (for_each_lane_group, kernel_util.h).
-template <class T>
-class SoftmaxKernel : public Kernel {
- public:
-  explicit SoftmaxKernel(const NodeInfo& node) {
-    check_arity(node, 1, 1);
-    const TensorDesc& x = node.inputs[0];
-    check_like(node.outputs[0], x, "output");
-    PDNG_CHECK(x.rank() >= 1, "softmax needs rank >= 1, got " + x.str());
-    const int axis = normalize_axis(node.attrs.get_int("axis", -1), x.rank(), "axis");
-    L_ = axis_layout(x.shape, axis);
-    if (std::is_same<T, float>::value && L_.numel() > 0)
-      use_dnnl_ = dnnl_.init(x, axis, dnnl::algorithm::softmax_accurate);
-  }
-
-  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
-    if (L_.numel() == 0) return;
-    if (use_dnnl_ && all_finite(in[0].as<float>(), L_.numel())) {
-      dnnl_.run(in[0].data, out[0].data);
-      return;
-    }
-    const T* x = in[0].as<T>();
-    T* y = out[0].as<T>();
-    const int64_t n = L_.n, inner = L_.inner;
-    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t /*row*/) {
-      constexpr bool kRow = decltype(tag)::value;
-      constexpr int64_t W = kRow ? 1 : kLanes;
-      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
-      const T* xb = x + base;
-      T* yb = y + base;
-      T mx[W], total[W];
-      double sum[W];
-      for (int64_t j = 0; j < J; ++j) mx[j] = xb[j], sum[j] = 0;
-      for (int64_t k = 1; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) mx[j] = std::max(mx[j], xb[k * S + j]);
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) {
-          const T e = std::exp(xb[k * S + j] - mx[j]);
-          yb[k * S + j] = e;
-          sum[j] += e;
-        }
-      for (int64_t j = 0; j < J; ++j) total[j] = static_cast<T>(sum[j]);
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) yb[k * S + j] = yb[k * S + j] / total[j];
-    });
-  }
-
- private:
-  AxisLayout L_;
-  DnnlSoftmax dnnl_;
-  bool use_dnnl_ = false;
-};
-
-// Inputs (out, delta): grad = out * (delta - sum(delta * out)).
-template <class T>
-class SoftmaxBackpropKernel : public Kernel {
- public:
-  explicit SoftmaxBackpropKernel(const NodeInfo& node) {
-    check_arity(node, 2, 1);
-    const TensorDesc& delta = node.inputs[1];
-    check_like(node.inputs[0], delta, "softmax output");
-    check_like(node.outputs[0], delta, "output");
-    PDNG_CHECK(delta.rank() >= 1, "softmax needs rank >= 1, got " + delta.str());
-    L_ = axis_layout(delta.shape, normalize_axis(node.attrs.get_int("axis", -1), delta.rank(), "axis"));
-  }
-
-  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
-    if (L_.numel() == 0) return;
-    const T* o = in[0].as<T>();
-    const T* d = in[1].as<T>();
-    T* g = out[0].as<T>();
-    const int64_t n = L_.n, inner = L_.inner;
-    for_each_lane_group(L_, [=](auto tag, int64_t base, int64_t lanes, int64_t /*row*/) {
-      constexpr bool kRow = decltype(tag)::value;
-      constexpr int64_t W = kRow ? 1 : kLanes;
-      const int64_t S = kRow ? 1 : inner, J = kRow ? 1 : lanes;
-      const T* ob = o + base;
-      const T* db = d + base;
-      T* gb = g + base;
-      if constexpr (kRow) {
-        double sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t k = 0; k < n; ++k) sum += db[k] * ob[k];
-        const T dot = static_cast<T>(sum);
-#pragma omp simd
-        for (int64_t k = 0; k < n; ++k) gb[k] = ob[k] * (db[k] - dot);
-        return;
-      }
-      double sum[W];
-      T dot[W];
-      for (int64_t j = 0; j < J; ++j) sum[j] = 0;
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) sum[j] += db[k * S + j] * ob[k * S + j];
-      for (int64_t j = 0; j < J; ++j) dot[j] = static_cast<T>(sum[j]);
-      for (int64_t k = 0; k < n; ++k)
-        for (int64_t j = 0; j < J; ++j) gb[k * S + j] = ob[k * S + j] * (db[k * S + j] - dot[j]);
-    });
-  }
-
- private:
-  AxisLayout L_;
-};
 
 // --- batch normalization ----------------------------------------------------------------------------
 // The tensor as [outer, C, inner] around the channel axis. Per-channel sums are split into
@@ -270,7 +125,7 @@ void channel_map(const ChannelLayout& L, F&& f) {
 // Checks x, the per-channel inputs and the outputs of a batch-norm node; returns the layout.
 ChannelLayout batch_norm_layout(const NodeInfo& node, const std::vector<int>& per_channel_inputs) {
   const TensorDesc& x = node.inputs[0];
-  ChannelLayout L = channel_layout(x, node.attrs.get_int("channel_axis", 1));
+  ChannelLayout L = channel_layout(x, node.attrs.get_int("channel_axis"));
   for (int i : per_channel_inputs)
     check_count(node.inputs[i], x.dtype, L.C, "per-channel input " + std::to_string(i));
   return L;
@@ -330,8 +185,8 @@ class BatchNormTrainingKernel : public Kernel {
     const TensorDesc& x = node.inputs[0];
     check_like(node.outputs[0], x, "output y");
     for (int i = 1; i < 5; ++i) check_count(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
-    momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
+    momentum_ = static_cast<T>(node.attrs.get_float("momentum"));
     partial_.resize(L_.chunks * L_.C);
     sums_.resize(L_.C);
     mean_.resize(L_.C);
@@ -373,7 +228,7 @@ class BatchNormInferenceKernel : public Kernel {
     check_arity(node, 5, 1);
     L_ = batch_norm_layout(node, {1, 2, 3, 4});
     check_like(node.outputs[0], node.inputs[0], "output y");
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
     new_scale_.resize(L_.C);
     new_bias_.resize(L_.C);
   }
@@ -416,7 +271,7 @@ class BatchNormBackpropKernel : public Kernel {
     check_like(node.outputs[0], x, "output dx");
     check_count(node.outputs[1], x.dtype, L_.C, "output dscale");
     check_count(node.outputs[2], x.dtype, L_.C, "output dbias");
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
     partial_.resize(L_.chunks * L_.C * 2);
     sums_.resize(L_.C * 2);
     inv_std_.resize(L_.C);
@@ -476,7 +331,7 @@ using BatchNormInferenceBackpropKernel = BatchNormBackpropKernel<T, false>;
 // --- batch normalization over several ranks (sync_batch_norm) ---------------------------------------
 // Sums are double [3, C]: rows sum, sum of squares (or products), element count. Products are
 // formed in T, as the single-rank kernels form them, and accumulated in double; between the two
-// nodes an AllReduce(sum) makes them the whole batch's (ir/ops/nn_extra.py).
+// nodes an AllReduce(sum) makes them the whole batch's (ir/ops/norm.py).
 
 // Input x; output sums: sum(x), sum(x * x), count per channel.
 template <class T>
@@ -522,8 +377,8 @@ class BatchNormTrainingFromSumsKernel : public Kernel {
     check_count(node.inputs[5], DType::Float64, 3 * L_.C, "input sums");
     check_like(node.outputs[0], x, "output y");
     for (int i = 1; i < 5; ++i) check_count(node.outputs[i], x.dtype, L_.C, "output " + std::to_string(i));
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
-    momentum_ = static_cast<T>(node.attrs.get_float("momentum", 0.9));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
+    momentum_ = static_cast<T>(node.attrs.get_float("momentum"));
     folded_.resize(2 * L_.C);
   }
 
@@ -647,7 +502,7 @@ struct RowLayout {
 
 RowLayout layer_norm_layout(const NodeInfo& node) {
   const TensorDesc& x = node.inputs[0];
-  const int64_t begin = node.attrs.get_int("begin_norm_axis", 1);
+  const int64_t begin = node.attrs.get_int("begin_norm_axis");
   PDNG_CHECK(begin >= 0 && begin < x.rank(), "begin_norm_axis " + std::to_string(begin) + " out of range for " + x.str());
   RowLayout L;
   L.rows = prod(x.shape, 0, begin);
@@ -670,7 +525,7 @@ class LayerNormKernel : public Kernel {
     check_like(node.outputs[0], x, "output y");
     check_count(node.outputs[1], x.dtype, L_.rows, "output mean");
     check_count(node.outputs[2], x.dtype, L_.rows, "output variance");
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
   }
 
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
@@ -730,7 +585,7 @@ class LayerNormBackpropKernel : public Kernel {
     check_like(node.outputs[0], x, "output dx");
     check_count(node.outputs[1], x.dtype, L_.width, "output dscale");
     check_count(node.outputs[2], x.dtype, L_.width, "output dbias");
-    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon", 1e-5));
+    epsilon_ = static_cast<T>(node.attrs.get_float("epsilon"));
     chunks_ = std::min(L_.rows, kChunks);
     partial_.resize(chunks_ * L_.width * 2);
   }
@@ -809,16 +664,16 @@ struct LRNParams {
 LRNParams lrn_params(const NodeInfo& node) {
   const TensorDesc& x = node.inputs[0];
   PDNG_CHECK(x.rank() == 4, "LRN needs a 4-D (NCHW) input, got " + x.str());
-  const int64_t size = node.attrs.get_int("size", 5);
+  const int64_t size = node.attrs.get_int("size");
   PDNG_CHECK(size > 0 && size % 2 == 1, "size " + std::to_string(size) + " must be odd and > 0");
   LRNParams p;
   p.N = x.shape[0];
   p.C = x.shape[1];
   p.HW = x.shape[2] * x.shape[3];
   p.half = size / 2;
-  p.k = node.attrs.get_float("k", 2.0);
-  p.alpha = node.attrs.get_float("alpha", 1e-4);
-  p.beta = node.attrs.get_float("beta", 0.75);
+  p.k = node.attrs.get_float("k");
+  p.alpha = node.attrs.get_float("alpha");
+  p.beta = node.attrs.get_float("beta");
   return p;
 }
 
@@ -905,8 +760,6 @@ class LRNBackpropKernel : public Kernel {
 };
 
 // --- registration (float_factory: kernel_util.h) -----------------------------------------------------
-PDNG_REGISTER_KERNEL("Softmax", float_factory<SoftmaxKernel>(0));
-PDNG_REGISTER_KERNEL("SoftmaxBackprop", float_factory<SoftmaxBackpropKernel>(1));
 PDNG_REGISTER_KERNEL("BatchNormTraining", float_factory<BatchNormTrainingKernel>(0));
 PDNG_REGISTER_KERNEL("BatchNormInference", float_factory<BatchNormInferenceKernel>(0));
 PDNG_REGISTER_KERNEL("BatchNormTrainingBackprop", float_factory<BatchNormTrainingBackpropKernel>(0));
