@@ -14,7 +14,7 @@ eager execution of that program would run, in PIR:
   ``Fake_var`` where there is none).
 
 The whole program is converted by the ordinary converters into one function whose seeds are
-parameters ``grad_out:<i>``; ``passes/split_backward.py`` then splits it at the seeds. Results:
+parameters ``grad_out:<i>``; ``split_backward.py`` then splits it at the seeds. Results:
 ``out:<i>``, ``state:<buffer>`` (running statistics, written back in place), ``grad:<param>``
 and ``xgrad:<i>``.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Function
 from ..ir.ops.core import Parameter
-from ..passes.split_backward import Split, split_backward
+from .split_backward import Split, split_backward
 from .pir_decoder import decode_program
 from .session import STATE_PREFIX, ConversionSession, find_unsupported
 

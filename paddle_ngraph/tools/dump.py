@@ -541,7 +541,7 @@ def run(args) -> int:
     from ..frontend import find_unsupported
     from ..ir import to_json, to_text
     from ..passes import InsertAllReduce, PassManager
-    from .. import convert
+    from ..api import convert
 
     if args.nranks < 1:
         raise ToolError(f"--nranks must be >= 1, got {args.nranks}")

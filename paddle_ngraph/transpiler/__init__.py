@@ -42,7 +42,8 @@ def _default_log_level() -> None:
     print our INFO lines. Fleet training (``log_level``) or the user may have set one: kept."""
     import os
 
-    from ..fleet.config import ENV_PREFIX, apply_log_level, validate_value
+    from ..config_sources import ENV_PREFIX, validate_value
+    from ..log_level import apply_log_level
 
     if logging.getLogger("paddle_ngraph").level != logging.NOTSET:
         return
@@ -83,7 +84,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     log_level_given = config is not None or overrides.get("log_level") is not None
     config = options(config, overrides)
     if log_level_given:
-        from ..fleet.config import apply_log_level
+        from ..log_level import apply_log_level
 
         apply_log_level(config.log_level)
     else:  # a level the application (or fleet) set is kept
