@@ -25,7 +25,6 @@ from ..errors import ConfigError, TransportError
 from .transport import Transport
 
 log = logging.getLogger("paddle_ngraph.distributed")
-_NATIVE_OPS = ("sum", "prod", "min", "max")
 NODE_ID_ENV = "PADDLE_NGRAPH_NODE_ID"
 HIERARCHICAL_MODES = ("auto", "on", "off")
 

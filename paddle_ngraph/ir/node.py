@@ -18,7 +18,8 @@ _ids = itertools.count()
 def register_op(cls):
     """Class decorator: make an op type known by its name (for the reader and the table)."""
     if cls.op_type in _OP_TYPES:
-        raise RuntimeError(f"op type {cls.op_type} registered twice")
+        raise ValidationError(f"op type '{cls.op_type}' registered twice: by {_OP_TYPES[cls.op_type].__qualname__} "
+                              f"and {cls.__qualname__}")
     _OP_TYPES[cls.op_type] = cls
     return cls
 

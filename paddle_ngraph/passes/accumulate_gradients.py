@@ -51,12 +51,6 @@ class Accumulation:
     accumulators: list[Parameter]  # of the apply variant, in parameter order; ``accumulate`` has equal ones
 
 
-def check_steps(steps) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"accumulate_steps must be an integer >= 1, got {steps!r}")
-    return steps
-
-
 def _updates(function: Function) -> list[OptimizerUpdate]:
     updates = [n for n in function.ordered_nodes() if isinstance(n, OptimizerUpdate)]
     if not updates:
