@@ -1,9 +1,9 @@
 """The layering contract of pyproject.toml ([tool.importlinter]), checked with import-linter.
 
-Layers, low to high: errors, ir, frontend, passes, distributed, backends, config, transpiler,
-dygraph and checkpoint, fleet, api, tools and zoo. A module imports only from layers below its
-own (imports inside functions count too); no two modules of a package import each other,
-even through others.
+Layers, low to high: errors, ir, frontend, passes, distributed, backends, config,
+config_sources, transpiler, dygraph and checkpoint, fleet, api, tools and zoo. A module imports
+only from layers below its own (imports inside functions count too); the modules of a package
+import each other without cycles; the IR and the passes know neither the frontend nor Paddle.
 """
 from __future__ import annotations
 

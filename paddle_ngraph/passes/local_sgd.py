@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError, ValidationError
-from ..frontend import STATE_PREFIX
+from ..ir.roles import STATE_PREFIX
 from ..ir import Function, Output, clone_function
 from ..ir.ops import AllReduce, Multiply, Subtract
 from ..ir.ops.core import Constant, Parameter

@@ -16,14 +16,15 @@ from .. import _bridge
 from ..backends import get_backend
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, ConversionError, UnsupportedOpsError
-from ..frontend import FORWARD, STATE_PREFIX, ConversionSession, decode, find_unsupported, loss_name
+from ..frontend import FORWARD, ConversionSession, decode, find_unsupported, loss_name
+from ..ir.roles import Role, written_back
 from ..passes import InsertAllReduce, PassManager
 from ..passes.insert_allreduce import average_results
-from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
+from ..passes.accumulate_gradients import Accumulation, build_accumulate, build_apply
 from ..passes.mixed_precision import MixedPrecision
 from ..passes.local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
 from ..passes.recompute import Recompute
-from ..passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
+from ..passes.shard_optimizer import ShardOptimizer
 from . import engine_op, originals
 from .engine import Engine, engines
 from .engine_op import is_engine_op
@@ -255,12 +256,12 @@ def _build_engine(view, seg, compiler, transport, timeline, handover, settings, 
     PassManager(passes).run(function)
     sharded = None
     if sharding is not None and sharding.buckets:
-        slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
+        slices = [p.name for p in function.parameters if p.role is Role.SHARD]
         sharded = ShardedState(sharding.buckets, slices, transport.rank, transport.size)
     accumulation = None
     if accumulate_steps > 1:
         inputs = [p.name for p in function.parameters
-                  if p.attrs["role"] != "accumulator" and not p.name.startswith(SHARD_PREFIX)]
+                  if p.role not in (Role.ACCUMULATOR, Role.SHARD)]
         accumulate = build_accumulate(original, inputs)
         PassManager([]).run(accumulate)  # validates (and dumps, if asked)
         accumulation = Accumulation(accumulate_steps, accumulate, accumulators)
@@ -388,8 +389,4 @@ def _raw_gradient_values(view, seg, session) -> dict:
 def _inplace_results(function) -> dict[str, str]:
     """Results that replace a parameter's value (state, accumulators): the backend may write them
     into that parameter's buffer."""
-    names = {p.name for p in function.parameters}
-    inplace = {r: r[len(STATE_PREFIX):] for r in function.results
-               if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
-    inplace.update({r: r for r in function.results if r.startswith(ACCUMULATOR_PREFIX) and r in names})
-    return inplace
+    return written_back(function)

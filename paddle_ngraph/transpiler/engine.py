@@ -33,11 +33,10 @@ import weakref
 import numpy as np
 
 from ..errors import ExecutionError
-from ..frontend import FETCH_PREFIX, STATE_PREFIX
 from ..ir import Function
+from ..ir.roles import FETCH_PREFIX, Role, result_role
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
 from ..passes import local_sgd
-from ..passes.accumulate_gradients import ACCUMULATOR_PREFIX
 
 _ids = itertools.count(1)
 _ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
@@ -75,11 +74,11 @@ class Variant:
         index = {p.name: i for i, p in enumerate(function.parameters)}
         results = list(function.results)
         self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
-        self.state_writeback = [(results.index(r), index[r[len(STATE_PREFIX):]]) for r in results
-                                if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in index]
+        self.state_writeback = [(results.index(r), index[r.variable]) for r in results
+                                if result_role(r) is Role.STATE and r.variable in index]
         # An accumulator's new value is the result named like its parameter.
-        self.state_writeback += [(results.index(r), index[r]) for r in results
-                                 if r.startswith(ACCUMULATOR_PREFIX) and r in index]
+        self.state_writeback += [(results.index(r), index[r.variable]) for r in results
+                                 if result_role(r) is Role.ACCUMULATOR and r.variable in index]
 
 
 class Engine:

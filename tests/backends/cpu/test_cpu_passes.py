@@ -6,7 +6,7 @@ import pytest
 import paddle_ngraph
 from paddle_ngraph.backends import get_backend
 from paddle_ngraph.distributed.transport import NullTransport
-from paddle_ngraph.frontend import STATE_PREFIX
+from paddle_ngraph.ir.roles import STATE_PREFIX
 from paddle_ngraph.ir import Function, clone_function, ops
 from paddle_ngraph.passes import InsertAllReduce, PassManager
 from paddle_ngraph.passes.eliminate_duplicates import EliminateDuplicates
