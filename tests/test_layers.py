@@ -30,9 +30,15 @@ def test_imports_keep_the_layering_contract():
 
 
 def _names_taken_from_the_package_root(path: Path):
-    """(line, name) of every ``from <package root> import name`` / ``from <root>.<name> import ...``."""
+    """(line, name) of every ``from <package root> import name``, ``from <root>.<name> import ...``
+    and ``import paddle_ngraph[.<name>]``."""
     depth = len(path.relative_to(PACKAGE).parts)  # the level of a relative import of the root
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):  # ``import paddle_ngraph`` takes the root itself
+            for alias in node.names:
+                if alias.name == "paddle_ngraph" or alias.name.startswith("paddle_ngraph."):
+                    yield node.lineno, alias.name.partition(".")[2].split(".")[0] or "paddle_ngraph"
+            continue
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
