@@ -44,11 +44,10 @@ class ResultName(str):
         self.variable = variable
         return self
 
+    # repr() stays the plain string's: messages that quote a result name read as before.
+
     def __getnewargs__(self):  # copy, deepcopy and pickle rebuild it with its role
         return str(self), self.role, self.variable
-
-    def __repr__(self):
-        return f"ResultName({str(self)!r}, {self.role.name}, {self.variable!r})"
 
 
 # The spelling of the names (prefixes for uniqueness and readability only).
