@@ -107,7 +107,8 @@ cdef object _array_at(void* address, int typenum, tuple shape):
 
 
 cdef class NativeExecutable:
-    """A native executor built from a plan (see paddle_ngraph/backends/cpu/plan.py)."""
+    """A native executor, built step by step from the liveness steps and memory plan of a
+    specialization (paddle_ngraph/backends/cpu/executable.py, ``Specialization._build``)."""
 
     cdef Executor* executor
     cdef public object fallback       # fallback(node_index, in_addresses, out_addresses)

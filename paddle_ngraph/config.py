@@ -4,7 +4,7 @@ Each field carries its type (the annotation), its default, and in its metadata t
 choices, the minimum and the documentation. Everything else derives from it:
 ``transpile(program, config=None, **overrides)``'s options, the validation of
 ``strategy.ngraph_configs``, of the ``PADDLE_NGRAPH_<KEY>`` environment variables and of the
-YAML file named by ``PADDLE_NGRAPH_CONFIG`` (``paddle_ngraph.fleet.config``), and the
+YAML file named by ``PADDLE_NGRAPH_CONFIG`` (``paddle_ngraph.config_sources``), and the
 documentation: ``configs/defaults.yaml`` and README's table are generated from it by
 ``tools/gen_config_docs.py`` (drift-tested).
 

@@ -10,7 +10,7 @@ import paddle_ngraph
 from paddle_ngraph import Config, ConfigError
 from paddle_ngraph import config as config_module
 from paddle_ngraph.errors import UnknownConfigKeyError
-from paddle_ngraph.fleet import config as fleet_config
+from paddle_ngraph import config_sources
 from paddle_ngraph.transpiler import PER_CALL_ARGUMENTS, options
 from paddle_ngraph.transpiler import transpile as transpiler_transpile
 
@@ -37,8 +37,8 @@ def test_transpile_takes_the_per_call_arguments_and_every_config_key():
 
 
 def test_resolved_fleet_defaults_are_the_dataclass_defaults():
-    assert fleet_config.resolve_config({}) == dataclasses.asdict(Config())
-    assert set(fleet_config.KEYS) == {f.name for f in dataclasses.fields(Config)}
+    assert config_sources.resolve_config({}) == dataclasses.asdict(Config())
+    assert set(config_sources.KEYS) == {f.name for f in dataclasses.fields(Config)}
 
 
 def test_every_field_is_documented_and_typed():
@@ -79,7 +79,7 @@ def test_transpile_errors_are_the_fleets_naming_transpile(bad, message):
     key = next(iter(bad))
     if key != "compress":  # the same check, the same words, for the strategy
         with pytest.raises(ConfigError) as fleet_info:
-            fleet_config.validate({key: bad[key]}, "strategy.ngraph_configs")
+            config_sources.validate({key: bad[key]}, "strategy.ngraph_configs")
         assert str(fleet_info.value) == message.replace("transpile", "strategy.ngraph_configs", 1)
 
 

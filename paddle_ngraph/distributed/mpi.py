@@ -26,7 +26,6 @@ from .registry import TransportSpec, register_transport
 from .transport import NativeLink, Transport
 
 log = logging.getLogger("paddle_ngraph.distributed")
-_NATIVE_OPS = ("sum", "prod", "min", "max")
 NODE_ID_ENV = "PADDLE_NGRAPH_NODE_ID"
 HIERARCHICAL_MODES = ("auto", "on", "off")
 

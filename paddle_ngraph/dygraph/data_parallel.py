@@ -19,7 +19,8 @@ import logging
 import paddle
 
 from ..config import Config
-from ..fleet.config import apply_log_level, resolve_config
+from ..config_sources import resolve_config
+from ..log_level import apply_log_level
 from .runner import LayerEngine, _view, check_options
 
 log = logging.getLogger("paddle_ngraph.dygraph")

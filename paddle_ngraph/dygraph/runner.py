@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..frontend.dygraph import GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError, capture
-from ..frontend.session import STATE_PREFIX
+from ..ir.roles import STATE_PREFIX, Role
 from ..backends.base import write_back, writeback_positions
 from ..ir import Function
 from ..passes.pipeline import Facts, build_passes, run_pipeline
@@ -118,7 +118,7 @@ class Compiled:
         for p in parameters:
             if p.name in inputs:
                 binding.append(("arg", inputs[p.name]))
-            elif p.name.startswith(SEED_PREFIX):
+            elif p.role is Role.SEED:
                 binding.append(("seed", int(p.name[len(SEED_PREFIX):])))
             elif p.name in saved:
                 binding.append(("saved", saved[p.name]))

@@ -21,7 +21,7 @@ import importlib.abc
 import sys
 import warnings
 
-from .config import resolve_config
+from ..config_sources import resolve_config
 
 __all__ = ["install_hooks", "installed", "resolve_config", "effective_config"]
 

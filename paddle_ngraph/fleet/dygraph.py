@@ -17,7 +17,8 @@ import logging
 
 from ..errors import ConfigError
 from . import features
-from .config import resolve_config
+from .features import check_strategy
+from ..config_sources import resolve_config
 
 log = logging.getLogger("paddle_ngraph.fleet")
 
@@ -28,8 +29,6 @@ def strategy_in_effect(fleet_obj, strategy=None):
 
 
 def check_dygraph(fleet_obj, strategy) -> dict:
-    from .meta_optimizer import check_strategy
-
     if getattr(fleet_obj, "_role_maker", None) is None:
         raise ConfigError("strategy.ngraph: call fleet.init(is_collective=True, strategy=strategy) before "
                           "fleet.distributed_model / fleet.distributed_optimizer")

@@ -216,3 +216,26 @@ def lamb_from(opt, configs):
         learning_rate=opt._learning_rate, lamb_weight_decay=configs["lamb_weight_decay"], beta1=opt._beta1,
         beta2=opt._beta2, epsilon=opt._epsilon, parameters=opt._parameter_list, grad_clip=opt._grad_clip,
         exclude_from_weight_decay_fn=exclude_fn if excluded else None, name=opt._name)
+
+
+# Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
+UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
+                       "moe_sharding_degree")
+
+
+def unsupported_features(strategy) -> list[str]:
+    found = refused(strategy)
+    try:
+        hybrid = strategy.hybrid_configs
+        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
+                  if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
+    except Exception:  # pragma: no cover - a Paddle without these configs
+        pass
+    return found
+
+
+def check_strategy(strategy) -> None:
+    found = unsupported_features(strategy)
+    if found:
+        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
+                          f"strategy.ngraph off (README: \"Paddle's strategy features\")")

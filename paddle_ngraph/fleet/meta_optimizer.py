@@ -24,34 +24,16 @@ from paddle.framework import in_dynamic_mode
 from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
 from . import dygraph, features
-from .config import Config, apply_log_level, resolve_config
+from .features import check_strategy
+from ..config import Config
+from ..config_sources import resolve_config
+from ..log_level import apply_log_level
 
 log = logging.getLogger("paddle_ngraph.fleet")
 
-# Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
-UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
-                       "moe_sharding_degree")
 # Meta optimizers that implement the plain data parallelism we replace (those of the features the
 # engine implements itself: features.ABSORBED).
 REPLACED = ("RawProgramOptimizer",)
-
-
-def unsupported_features(strategy) -> list[str]:
-    found = features.refused(strategy)
-    try:
-        hybrid = strategy.hybrid_configs
-        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
-                  if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
-    except Exception:  # pragma: no cover - a Paddle without these configs
-        pass
-    return found
-
-
-def check_strategy(strategy) -> None:
-    found = unsupported_features(strategy)
-    if found:
-        raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
-                          f"strategy.ngraph off (README: \"Paddle's strategy features\")")
 
 
 def validate_for_fleet(fleet_obj, strategy) -> dict:
@@ -90,7 +72,7 @@ class NgraphOptimizer(MetaOptimizerBase):
         return  # never switched on by strategy.auto: it changes where the program runs
 
     def minimize_impl(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
-        from .. import transpile
+        from ..transpiler import transpile
         from ..distributed import detect_launcher, make_transport
 
         strategy = self.user_defined_strategy

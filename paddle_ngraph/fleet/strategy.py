@@ -7,7 +7,7 @@ value of the wrong type, listing the valid keys or choices.
 
 ``ngraph_configs`` holds the keys you set (merged over earlier assignments, as
 Paddle's ``*_configs`` setters merge); ``effective_config(strategy)`` gives every key
-after the precedence rules (``paddle_ngraph.fleet.config``).
+after the precedence rules (``paddle_ngraph.config_sources``).
 
 Save and load: ``DistributedStrategy`` is backed by a protobuf message with a fixed
 schema, which has no field for ours. ``save_to_prototxt`` therefore appends them as one
@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from .config import KEYS, resolve_config, validate
+from ..config import KEYS, validate
+from ..config_sources import resolve_config
 
 SAVE_TAG = "# paddle_ngraph:"
 _ORIGINALS: dict = {}

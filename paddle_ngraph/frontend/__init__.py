@@ -7,10 +7,10 @@ from ..errors import ProgramFileError
 from . import legacy_decoder, pir_decoder
 from .converters import OP_TABLE, SKIPPED_OPS
 from .program_view import BACKWARD, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo
-from .session import FETCH_PREFIX, STATE_PREFIX, ConversionSession, find_unsupported
+from .session import ConversionSession, find_unsupported
 
 __all__ = ["decode", "OP_TABLE", "SKIPPED_OPS", "ProgramView", "OpView", "VarInfo", "ConversionSession",
-           "find_unsupported", "forward_sinks", "loss_name", "FETCH_PREFIX", "STATE_PREFIX"]
+           "find_unsupported", "forward_sinks", "loss_name"]
 
 
 def _is_pir_program(program) -> bool:

@@ -14,9 +14,9 @@ eager execution of that program would run, in PIR:
   ``Fake_var`` where there is none).
 
 The whole program is converted by the ordinary converters into one function whose seeds are
-parameters ``grad_out:<i>``; ``passes/split_backward.py`` then splits it at the seeds. Results:
-``out:<i>``, ``state:<buffer>`` (running statistics, written back in place), ``grad:<param>``
-and ``xgrad:<i>``.
+parameters ``grad_out:<i>`` (``Role.SEED``); ``split_backward.py`` then splits it at the seeds.
+Results (their roles, ir/roles.py): ``out:<i>`` (OUTPUT), ``state:<buffer>`` (STATE: running
+statistics, written back in place), ``grad:<param>`` (GRADIENT) and ``xgrad:<i>`` (INPUT_GRADIENT).
 
 A Layer that cannot be captured this way (Python control flow on tensor values, ``.numpy()`` in
 forward, ops without converter) raises ``CaptureError`` naming the Layer and the reason; the
@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Function
 from ..ir.ops import Parameter
-from ..passes.split_backward import Split, split_backward
+from ..ir.roles import ResultName, Role, state_result
+from .split_backward import Split, split_backward
 from .pir_decoder import decode_program
-from .session import STATE_PREFIX, ConversionSession, find_unsupported
+from .session import ConversionSession, find_unsupported
 
 FAKE = "Fake_var"
 SEED_PREFIX = "grad_out:"
@@ -206,7 +207,7 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     seed_params = []
     for i, (seed, out) in enumerate(zip(seeds, outputs)):
         info = view.vars[out]
-        param = Parameter(name=f"{SEED_PREFIX}{i}", dtype=info.dtype.value, shape=tuple(info.shape), role="feed")
+        param = Parameter(name=f"{SEED_PREFIX}{i}", dtype=info.dtype.value, shape=tuple(info.shape), role=Role.SEED)
         session.parameters.append(param)
         session.env[seed] = param.output()
         seed_params.append(param.name)
@@ -217,21 +218,22 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         session.convert_ops([op for op in ops if not (set(op.output_names()) & seed_set)])
     except ConversionError as e:
         raise CaptureError(f"Layer {name}: {e}") from e
-    results = {f"{OUT_PREFIX}{i}": session.value(n) for i, n in enumerate(outputs)}
+    results = {ResultName(f"{OUT_PREFIX}{i}", Role.OUTPUT): session.value(n) for i, n in enumerate(outputs)}
     state = []
     for var, value in session.env.items():
         info = view.vars.get(var)
         if info is not None and info.persistable and var in session.initial and value.node is not session.initial[var]:
-            results[STATE_PREFIX + var] = value
+            results[state_result(var)] = value
             state.append(var)
     forward_results = list(results)
     grads = [p for p in params if p in p_grads and p_grads[p] in session.env]
     input_grads = [i for i, g in enumerate(x_grads) if g is not None and g in session.env]
-    backward_results = [f"{GRAD_PREFIX}{p}" for p in grads] + [f"{XGRAD_PREFIX}{i}" for i in input_grads]
-    for p in grads:
-        results[f"{GRAD_PREFIX}{p}"] = session.env[p_grads[p]]
-    for i in input_grads:
-        results[f"{XGRAD_PREFIX}{i}"] = session.env[x_grads[i]]
+    backward_results = ([ResultName(f"{GRAD_PREFIX}{p}", Role.GRADIENT, p) for p in grads]
+                        + [ResultName(f"{XGRAD_PREFIX}{i}", Role.INPUT_GRADIENT) for i in input_grads])
+    for name, p in zip(backward_results, grads):
+        results[name] = session.env[p_grads[p]]
+    for name, i in zip(backward_results[len(grads):], input_grads):
+        results[name] = session.env[x_grads[i]]
     whole = Function(session.parameters, results, name=type(layer).__name__)
     capture = Capture(inputs=data, params=params, outputs=partial._outputs, num_outputs=len(outputs),
                       forward=whole, grads=grads, input_grads=input_grads, state=state)

@@ -17,7 +17,6 @@ from .program_view import (BACKWARD, CAPTURED, FORWARD, OPTIMIZE, OpView, Progra
 
 _BOOKKEEPING_ATTRS = {"op_callstack", "stop_gradient", "struct_name", "place", "persistable",
                       "op_role", "chunk_id", "op_namescope"}
-_SOURCE_OPS = {"pd_op.data", "builtin.parameter"}
 
 
 def _dtype(value) -> DType | None:

@@ -1,9 +1,10 @@
 """Converts a ``ProgramView`` (or part of it) into an IR ``Function``.
 
 Variables not produced by a converted op become function parameters: feeds
-(``role="feed"``), trainable parameters (``"parameter"``) and other persistable
-state (``"state"``: optimizer moments, learning rate). Persistable variables
-that the converted ops update are returned as ``state:<name>`` results.
+(``Role.FEED``), trainable parameters (``Role.PARAMETER``) and other persistable
+state (``Role.STATE``: optimizer moments, learning rate). Fetched variables are
+``Role.FETCH`` results; persistable variables that the converted ops update are
+``Role.STATE`` results (ir/roles.py).
 """
 from __future__ import annotations
 
@@ -12,12 +13,10 @@ from collections import Counter
 from ..errors import ConversionError, UnsupportedOpsError, ValidationError
 from ..ir import Function, Output
 from ..ir.ops import Parameter
+from ..ir.roles import Role, fetch_result, state_result
 from .node_context import NodeContext
 from .converters import OP_TABLE, SKIPPED_OPS
 from .program_view import FORWARD, ProgramView
-
-STATE_PREFIX = "state:"
-FETCH_PREFIX = "fetch:"
 
 
 def find_unsupported(view: ProgramView, ops=None) -> list[dict]:
@@ -58,7 +57,7 @@ class ConversionSession:
         if info is None or info.dtype is None:
             where = f"{ctx.op.location()}: " if ctx else ""
             raise ConversionError(f"{where}variable '{name}' is read before any op defines it, and the program declares no type for it")
-        role = "parameter" if info.is_parameter else "state" if info.persistable else "feed"
+        role = Role.PARAMETER if info.is_parameter else Role.STATE if info.persistable else Role.FEED
         shape = info.shape
         param = Parameter(name=name, dtype=info.dtype.value, shape=list(shape), role=role)
         self.parameters.append(param)
@@ -119,10 +118,10 @@ class ConversionSession:
     def function(self, fetch: list[str], name: str = "function") -> Function:
         results: dict[str, Output] = {}
         for var in fetch:
-            results[FETCH_PREFIX + var] = self.value(var)
+            results[fetch_result(var)] = self.value(var)
         for var, value in self.env.items():
             info = self.view.vars.get(var)
             unchanged = var in self.initial and value.node is self.initial[var]
             if info is not None and info.persistable and not unchanged:
-                results[STATE_PREFIX + var] = value
+                results[state_result(var)] = value
         return Function(self.parameters, results, name=name)

@@ -8,11 +8,7 @@ from __future__ import annotations
 from ..errors import ValidationError
 from .node import Node, Output
 from .ops import Parameter
-
-# Nodes named so are copies of forward nodes that passes/recompute.py made for the backward pass.
-# The order visits them after every other input of their reader, so that they run as late as
-# possible: just before the first node that needs them, once the gradient it also reads exists.
-RECOMPUTE_PREFIX = "recompute/"
+from .roles import Role
 
 
 class Function:
@@ -33,8 +29,10 @@ class Function:
         """Every node reachable from the results or parameters, inputs before users.
 
         Ties keep creation order (node ids), so that the order is deterministic and
-        the same on every rank for the same program; recomputed copies (``RECOMPUTE_PREFIX``)
-        come after a node's other inputs.
+        the same on every rank for the same program. Copies of forward nodes that
+        passes/recompute.py made for backward (``Role.RECOMPUTE_COPY``) come after a node's
+        other inputs, so that they run as late as possible: just before the first node that
+        needs them, once the gradient it also reads exists.
         """
         seen: set[int] = set()
         order: list[Node] = []
@@ -51,7 +49,7 @@ class Function:
                 seen.add(node.id)
                 stack.append((node, True))
                 for inp in sorted({i.node for i in node.inputs},
-                                  key=lambda n: (not n.name.startswith(RECOMPUTE_PREFIX), -n.id)):
+                                  key=lambda n: (n.role is not Role.RECOMPUTE_COPY, -n.id)):
                     if inp.id not in seen:
                         stack.append((inp, False))
         return order
@@ -103,6 +101,7 @@ def clone_function(function: Function, shapes: dict[str, tuple] | None = None) -
         else:
             inputs = [copies[i.node.id].output(i.index) for i in node.inputs]
             copy = type(node)(*inputs, name=node.name, **node.attrs)
+            copy.role = node.role
         copies[node.id] = copy
     return Function([copies[p.id] for p in function.parameters],
                     {k: copies[o.node.id].output(o.index) for k, o in function.results.items()}, name=function.name)

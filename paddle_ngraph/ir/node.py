@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 from ..errors import ValidationError
+from .roles import Role
 from .types import DType, TensorType
 
 _OP_TYPES: dict[str, type["Node"]] = {}
@@ -18,7 +19,8 @@ _ids = itertools.count()
 def register_op(cls):
     """Class decorator: make an op type known by its name (for the reader and the table)."""
     if cls.op_type in _OP_TYPES:
-        raise RuntimeError(f"op type {cls.op_type} registered twice")
+        raise ValidationError(f"op type '{cls.op_type}' registered twice: by {_OP_TYPES[cls.op_type].__qualname__} "
+                              f"and {cls.__qualname__}")
     _OP_TYPES[cls.op_type] = cls
     return cls
 
@@ -76,6 +78,7 @@ class Node:
     def __init__(self, *inputs: Output, name: str | None = None, **attrs):
         self.id = next(_ids)
         self.name = name or f"{self.op_type}_{self.id}"
+        self._role: Role | None = None
         self.inputs = list(inputs)
         unknown = set(attrs) - set(self.attributes)
         if unknown:
@@ -97,6 +100,23 @@ class Node:
     # --- to be provided by each op -------------------------------------------------
     def infer(self) -> list[TensorType]:
         raise NotImplementedError
+
+    # --- what the node is to the passes ------------------------------------------------
+    @property
+    def role(self) -> Role | None:
+        """A Parameter's ``role`` attribute; for other nodes, what the pass that made the node
+        said (``Role.RECOMPUTE_COPY``), else None. Copies of a node keep it (clone_function)."""
+        if "role" in self.attributes:
+            return Role(self.attrs["role"])
+        return self._role
+
+    @role.setter
+    def role(self, value: Role | str | None):
+        value = None if value is None else Role(value)
+        if "role" in self.attributes:
+            self.attrs["role"] = value
+        else:
+            self._role = value
 
     # --- helpers ---------------------------------------------------------------------
     def _fail(self, message: str):

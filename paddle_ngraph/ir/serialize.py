@@ -15,6 +15,7 @@ from ..errors import SerializationError, ValidationError
 from .function import Function
 from .node import Node, op_class
 from .ops import Constant, Parameter
+from .roles import ResultName, Role, result_role, result_variable
 
 FORMAT = "paddle_ngraph.function"
 VERSION = 1
@@ -52,14 +53,29 @@ def to_dict(function: Function) -> dict:
             "attrs": {k: _encode_attr(v) for k, v in sorted(node.attrs.items())},
             "outputs": [{"dtype": t.dtype.value, "shape": list(t.shape)} for t in node.output_types],
         })
+        if node.role is not None and "role" not in node.attrs:  # a Parameter's is among its attributes
+            nodes[-1]["role"] = node.role.value
     return {
         "format": FORMAT,
         "version": VERSION,
         "name": function.name,
         "parameters": [p.name for p in function.parameters],
-        "results": [{"name": k, "node": o.node.name, "index": o.index} for k, o in function.results.items()],
+        "results": [_encode_result(k, o) for k, o in function.results.items()],
         "nodes": nodes,
     }
+
+
+def _encode_result(name: str, output) -> dict:
+    entry = {"name": str(name), "node": output.node.name, "index": output.index}
+    if result_role(name) is not Role.OUTPUT:
+        entry.update(role=result_role(name).value, variable=result_variable(name))
+    return entry
+
+
+def _result_name(entry: dict) -> str:
+    if "role" not in entry:
+        return entry["name"]
+    return ResultName(entry["name"], Role(entry["role"]), entry.get("variable"))
 
 
 def to_json(function: Function, indent: int | None = 1) -> str:
@@ -92,6 +108,8 @@ def from_dict(doc: dict) -> Function:
             inferred = [(t.dtype.value, list(t.shape)) for t in node.output_types]
             if recorded != inferred:
                 raise SerializationError(f"node '{name}' ({op}): recorded output types {recorded} differ from inferred {inferred}")
+            if "role" in entry:
+                node.role = Role(entry["role"])
             built[name] = node
         params = []
         for pname in doc["parameters"]:
@@ -103,7 +121,7 @@ def from_dict(doc: dict) -> Function:
         for r in doc["results"]:
             if r["node"] not in built:
                 raise SerializationError(f"result '{r['name']}' refers to unknown node '{r['node']}'")
-            results[r["name"]] = built[r["node"]].output(int(r["index"]))
+            results[_result_name(r)] = built[r["node"]].output(int(r["index"]))
         return Function(params, results, name=doc.get("name", "function"))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:  # int(inf)
         raise SerializationError(f"malformed {FORMAT} document: {type(e).__name__}: {e}") from None

@@ -21,8 +21,9 @@ From the training function this builds, on copies (the original is left as it is
   update, this variant does not read them).
 
 The accumulators are extra parameters (after the function's own, one per update, named
-``ACCUMULATOR_PREFIX + parameter``) owned by the Engine, zeroed after each apply step; the
-accumulate function returns their new values under the same names.
+``ACCUMULATOR_PREFIX + parameter``, ``Role.ACCUMULATOR``) owned by the Engine, zeroed after
+each apply step; the accumulate function returns their new values under the same names
+(``Role.ACCUMULATOR`` results).
 
 The gradient taken is the one the update consumes, the same point where the AllReduce pass
 reduces it: ops Paddle places between the backward pass and the update (weight decay terms) are
@@ -33,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ValidationError
-from ..frontend import FETCH_PREFIX
 from ..ir import Function, clone_function
 from ..ir.ops import Add, Constant, Divide, Parameter
 from ..ir.ops.optimizer import OptimizerUpdate
+from ..ir.roles import Role, accumulator_result, result_role, result_variable
 
 ACCUMULATOR_PREFIX = "@ACCUMULATOR@"
 
@@ -48,12 +49,6 @@ class Accumulation:
     steps: int
     accumulate: Function
     accumulators: list[Parameter]  # of the apply variant, in parameter order; ``accumulate`` has equal ones
-
-
-def check_steps(steps) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"accumulate_steps must be an integer >= 1, got {steps!r}")
-    return steps
 
 
 def _updates(function: Function) -> list[OptimizerUpdate]:
@@ -71,12 +66,12 @@ def _add_accumulators(function: Function) -> list[tuple[OptimizerUpdate, Paramet
         grad = update.inputs[update.grad_input]
         param_name = update.inputs[update.param_input].node.name
         acc = Parameter(name=ACCUMULATOR_PREFIX + param_name, dtype=grad.dtype.value, shape=tuple(grad.shape),
-                        role="accumulator")
+                        role=Role.ACCUMULATOR)
         entries.append((update, acc, Add(acc.output(), grad, name=f"accumulate_{param_name}").output()))
-    names = [acc.name for _, acc, _ in entries]
+    names = [update.inputs[update.param_input].node.name for update, _, _ in entries]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
-        raise ValidationError(f"accumulate_steps: parameter '{duplicate[len(ACCUMULATOR_PREFIX):]}' has more "
+        raise ValidationError(f"accumulate_steps: parameter '{duplicate}' has more "
                               f"than one optimizer update; which gradient to accumulate is ambiguous")
     return entries
 
@@ -118,12 +113,12 @@ def build_accumulate(function: Function, inputs: list[str]) -> Function:
     for name, output in copy.results.items():
         if output.node.id not in dependent:
             results[name] = output
-        elif name.startswith(FETCH_PREFIX):
+        elif result_role(name) is Role.FETCH:
             raise ValidationError(
-                f"accumulate_steps: fetched value '{name[len(FETCH_PREFIX):]}' (node '{output.node.name}', "
+                f"accumulate_steps: fetched value '{result_variable(name)}' (node '{output.node.name}', "
                 f"{output.node.op_type}) depends on the optimizer update, which micro-steps do not run")
     for _, acc, summed in entries:
-        results[acc.name] = summed
+        results[accumulator_result(acc.name)] = summed
     by_name = {p.name: p for p in copy.parameters}
     missing = [n for n in inputs if n not in by_name]
     if missing:  # a pass added a Paddle input: the two variants could not share the operator

@@ -103,7 +103,7 @@ def average_results(function: Function, names: list[str], reduction: str = "avg"
     """The function with the results ``fetch:<name>`` (gradients that an optimizer update left to
     Paddle reads) passed through one AllReduce per dtype: with the fallback, the update is not
     in the function, so ``InsertAllReduce`` cannot find the gradient from it."""
-    from ..frontend import FETCH_PREFIX
+    from ..ir.roles import FETCH_PREFIX
 
     results = dict(function.results)
     keys = [FETCH_PREFIX + n for n in names]

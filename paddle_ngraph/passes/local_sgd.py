@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError, ValidationError
-from ..frontend import STATE_PREFIX
+from ..ir.roles import STATE_PREFIX
 from ..ir import Function, Output, clone_function
 from ..ir.ops import Constant, Multiply, Parameter, Subtract
 from ..ir.ops.optimizer import MomentumUpdate, OptimizerUpdate, SGDUpdate

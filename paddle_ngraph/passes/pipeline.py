@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ConfigError
-from ..frontend import STATE_PREFIX
 from ..ir import Function, Output
-from .accumulate_gradients import ACCUMULATOR_PREFIX, Accumulation, build_accumulate, build_apply
+from ..ir.roles import Role
+from .accumulate_gradients import Accumulation, build_accumulate, build_apply
 from .base import FunctionPass, replace_graph
 from .insert_allreduce import InsertAllReduce, average_gradient_results, average_results
 from .local_sgd import LocalSGD, build_local, build_sync, supported_updates, with_adaptive_results
 from .manager import PassManager
 from .mixed_precision import MixedPrecision
 from .recompute import Recompute
-from .shard_optimizer import SHARD_PREFIX, ShardOptimizer
+from .shard_optimizer import ShardOptimizer
 from .validate import Validate
 
 
@@ -144,8 +144,7 @@ class BuildAccumulate(FunctionPass):
         self.accumulate = None
 
     def run(self, function: Function) -> bool:
-        inputs = [p.name for p in function.parameters
-                  if p.attrs["role"] != "accumulator" and not p.name.startswith(SHARD_PREFIX)]
+        inputs = [p.name for p in function.parameters if p.role not in (Role.ACCUMULATOR, Role.SHARD)]
         self.accumulate = build_accumulate(self.split.original, inputs)
         Validate().run(self.accumulate)
         return False
@@ -250,13 +249,3 @@ def run_pipeline(function: Function, passes: list[FunctionPass], dump_dir: str |
     pass, dumps into ``dump_dir`` or ``PADDLE_NGRAPH_DUMP_PASSES``."""
     PassManager(passes, dump_dir=dump_dir).run(function)
     return Lowered(function, passes)
-
-
-def inplace_results(function: Function) -> dict[str, str]:
-    """Results that replace a parameter's value (state, accumulators): the backend may write them
-    into that parameter's buffer."""
-    names = {p.name for p in function.parameters}
-    inplace = {r: r[len(STATE_PREFIX):] for r in function.results
-               if r.startswith(STATE_PREFIX) and r[len(STATE_PREFIX):] in names}
-    inplace.update({r: r for r in function.results if r.startswith(ACCUMULATOR_PREFIX) and r in names})
-    return inplace

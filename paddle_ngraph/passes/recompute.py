@@ -5,7 +5,7 @@ Which values: as in Paddle's static recompute (``base/backward.py``,
 ``_append_backward_ops_with_checkpoints_``), whose segments run from the program's start to
 the last checkpoint, every forward node that is an ancestor of a checkpoint, and none of whose
 outputs is one, is *recomputed*: each backward node reading one of its outputs reads instead
-the output of a copy of it (named ``recompute/<name>``), whose inputs are the copies of the
+the output of a copy of it (``Role.RECOMPUTE_COPY``, named ``recompute/<name>``), whose inputs are the copies of the
 recomputed nodes it reads and the original values of everything else (checkpoints, parameters,
 feeds, constants). Forward nodes keep reading the originals, so an original activation dies
 with its last forward reader; its copy is born in backward. Values computed after the last
@@ -13,7 +13,7 @@ checkpoint (the loss head) are kept, as in Paddle.
 
 Where the copies run: a function's order is a depth-first walk from its results
 (``Function.ordered_nodes``), which both backends follow (the CPU backend's liveness keeps it
-but for the collectives). The walk visits copies (named ``RECOMPUTE_PREFIX``) after every other
+but for the collectives). The walk visits copies (``Role.RECOMPUTE_COPY``) after every other
 input of their reader, so a copy runs just before the first backward node that needs it, once
 the gradient flowing into that node exists: not at the end of the forward pass, which would keep
 it alive as long as the original. Their lifetimes, and so the CPU backend's arena
@@ -33,17 +33,19 @@ from the backward (Paddle's gradient ops read forward values).
 from __future__ import annotations
 
 from ..ir import Function, Output
-from ..ir.function import RECOMPUTE_PREFIX
 from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.ops import Constant, Parameter
+from ..ir.roles import Role
 from .base import FunctionPass
 
 # Never recomputed: a copy would draw another mask, or communicate again.
 KEPT_OPS = frozenset({"DropoutMask"}) | frozenset(COLLECTIVE_OPS)
+# The copies' names, unique and readable in dumps; their role says what they are.
+RECOMPUTE_PREFIX = "recompute/"
 
 
 def is_recomputed_copy(node) -> bool:
-    return node.name.startswith(RECOMPUTE_PREFIX)
+    return node.role is Role.RECOMPUTE_COPY
 
 
 class Recompute(FunctionPass):
@@ -99,6 +101,7 @@ class Recompute(FunctionPass):
                 continue
             inputs = [copies[i.node.id].output(i.index) if i.node.id in copies else i for i in node.inputs]
             copies[node.id] = type(node)(*inputs, name=RECOMPUTE_PREFIX + node.name, **node.attrs)
+            copies[node.id].role = Role.RECOMPUTE_COPY
             self.recomputed.append(node.name)
         for node in backward:
             for k, value in enumerate(node.inputs):

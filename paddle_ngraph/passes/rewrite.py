@@ -1,6 +1,7 @@
 """Graph surgery shared by the passes: redirect every use of some outputs to others."""
 from __future__ import annotations
 
+from ..errors import ValidationError
 from ..ir import Function, Output
 
 
@@ -19,7 +20,9 @@ def replace_outputs(function: Function, replacements: dict[tuple[int, int], Outp
             value = replacements[(value.node.id, value.index)]
             seen += 1
             if seen > len(replacements):
-                raise RuntimeError("cyclic output replacement")
+                # A pass replaced a value by itself through a chain: following it would loop.
+                raise ValidationError(f"function '{function.name}': the output replacements form a cycle through "
+                                      f"node '{value.node.name}' ({value.node.op_type}) output {value.index}")
         return value
 
     for name, value in list(function.results.items()):

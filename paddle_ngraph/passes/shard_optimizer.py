@@ -4,7 +4,8 @@ Instead of an AllReduce before each update (``InsertAllReduce``), the gradients 
 are flattened into one vector, padded to a multiple of N and reduce-scattered (avg), so
 each rank receives the averaged gradient of its slice; one fused optimizer update runs on
 that slice, with the slice's parameter values and optimizer state held by the engine
-(``shard/<bucket>/...`` parameters of the function: N times smaller than the full state);
+(``Role.SHARD`` parameters of the function, named ``shard/<bucket>/...``: N times smaller than
+the full state);
 an AllGather of the updated slices gives every rank the full new parameters, which are cut
 back into the Paddle variables. The full optimizer-state variables (moments, velocities)
 leave the function: the engine frees them in the scope and writes them back only for a
@@ -24,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..frontend import STATE_PREFIX
 from ..ir import Function
 from ..ir.ops import AllGather, Concat, Constant, Multiply, Parameter, ReduceScatter, Reshape, Slice
 from ..ir.ops.optimizer import AdamUpdate, MomentumUpdate, OptimizerUpdate, SGDUpdate
 from .allreduce_buckets import plan_buckets
+from ..ir.roles import Role, state_result
 from .base import FunctionPass
 
 SHARDABLE = (SGDUpdate, MomentumUpdate, AdamUpdate)
@@ -135,7 +136,7 @@ class ShardOptimizer(FunctionPass):
 
         def slice_parameter(role: str, sources: list[str]) -> Parameter:
             name = f"{SHARD_PREFIX}{bucket}/{role}"
-            node = Parameter(name=name, dtype=dtype.value, shape=(shard,), role="state")
+            node = Parameter(name=name, dtype=dtype.value, shape=(shard,), role=Role.SHARD)
             function.parameters.append(node)
             layout.slices[name] = sources
             return node
@@ -158,29 +159,29 @@ class ShardOptimizer(FunctionPass):
         update = type(first)(*inputs, name=f"update_{bucket}", **first.attrs)
         gathered = AllGather(update.output(0), world_size=n, bucket=bucket.replace("grad_", "param_"),
                              name=f"allgather_{bucket}").output(0)
-        function.results[STATE_PREFIX + master.name] = update.output(0)
+        function.results[state_result(master.name)] = update.output(0)
         offset = 0
         for p, size in zip(params, sizes):
             piece = Slice(gathered, axes=(0,), starts=(offset,), ends=(offset + size,), name=f"{bucket}/unpack_{p.name}")
-            function.results[STATE_PREFIX + p.name] = Reshape(piece.output(0), shape=tuple(p.output_types[0].shape),
-                                                              name=f"{bucket}/reshape_{p.name}").output(0)
+            function.results[state_result(p.name)] = Reshape(piece.output(0), shape=tuple(p.output_types[0].shape),
+                                                             name=f"{bucket}/reshape_{p.name}").output(0)
             offset += size
         # The update returns the new parameter, then each state input in state_inputs order.
         for k, i in enumerate(first.state_inputs, start=1):
             if i in sliced:
-                function.results[STATE_PREFIX + inputs[i].node.name] = update.output(k)
+                function.results[state_result(inputs[i].node.name)] = update.output(k)
                 for u in group:
-                    function.results.pop(STATE_PREFIX + u.inputs[i].node.name, None)
+                    function.results.pop(state_result(u.inputs[i].node.name), None)
             else:
                 # Whole state (beta powers): the fused update advances the first one; the others
                 # advance the same way on their own values.
-                function.results[STATE_PREFIX + first.inputs[i].node.name] = update.output(k)
+                function.results[state_result(first.inputs[i].node.name)] = update.output(k)
                 factor = first.attrs["beta1" if i == 5 else "beta2"]
                 for u in group[1:]:
                     own = u.inputs[i]
                     step = Multiply(own, Constant(np.full(own.type.shape, factor), dtype=own.dtype.value,
                                                   name=f"{bucket}/{own.node.name}/factor").output(0),
                                     name=f"{bucket}/advance_{own.node.name}")
-                    function.results[STATE_PREFIX + own.node.name] = step.output(0)
+                    function.results[state_result(own.node.name)] = step.output(0)
         self.buckets.append(layout)
         return removed

@@ -17,8 +17,7 @@ from ..backends import backend_for
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, UnsupportedOpsError
 from ..frontend import FORWARD, decode, find_unsupported
-from ..passes.pipeline import inplace_results
-from ..passes.shard_optimizer import SHARD_PREFIX
+from ..ir.roles import Role, written_back
 from . import engine_op, originals
 from .engine import Engine, SegmentLinks, engines
 from .engine_op import is_engine_op
@@ -37,7 +36,8 @@ def _default_log_level() -> None:
     print our INFO lines. Fleet training (``log_level``) or the user may have set one: kept."""
     import os
 
-    from ..fleet.config import ENV_PREFIX, apply_log_level, validate_value
+    from ..config_sources import ENV_PREFIX, validate_value
+    from ..log_level import apply_log_level
 
     if logging.getLogger("paddle_ngraph").level != logging.NOTSET:
         return
@@ -78,7 +78,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     log_level_given = config is not None or overrides.get("log_level") is not None
     config = options(config, overrides)
     if log_level_given:
-        from ..fleet.config import apply_log_level
+        from ..log_level import apply_log_level
 
         apply_log_level(config.log_level)
     else:  # a level the application (or fleet) set is kept
@@ -177,10 +177,10 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
 
     lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints, converted).lowered
     function = lowered.function
-    compile_ = lambda f: compiler.compile(f, inplace_results=inplace_results(f))  # noqa: E731
+    compile_ = lambda f: compiler.compile(f, inplace_results=written_back(f))  # noqa: E731
     sharded = None
     if lowered.sharding is not None and lowered.sharding.buckets:
-        slices = [p.name for p in function.parameters if p.name.startswith(SHARD_PREFIX)]
+        slices = [p.name for p in function.parameters if p.role is Role.SHARD]
         sharded = ShardedState(lowered.sharding.buckets, slices, transport.rank, transport.size)
     watchdog = None
     if transport.size > 1:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ExecutionError
-from ..frontend import FETCH_PREFIX
 from ..ir import Function
+from ..ir.roles import FETCH_PREFIX
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
 from ..backends.base import check_input, write_back
 from .schedules import Schedule, Variant

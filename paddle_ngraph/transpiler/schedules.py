@@ -22,10 +22,9 @@ import numpy as np
 
 from ..distributed import local_sgd_schedule
 from ..backends.base import writeback_positions
-from ..frontend import FETCH_PREFIX
 from ..ir import Function
+from ..ir.roles import FETCH_PREFIX, written_back
 from ..passes import local_sgd
-from ..passes.pipeline import inplace_results
 
 
 class Variant:
@@ -37,7 +36,7 @@ class Variant:
         self.executable = executable
         results = list(function.results)
         self.fetch_positions = [results.index(FETCH_PREFIX + n) for n in fetch_names]
-        self.state_writeback = writeback_positions(function, inplace_results(function))
+        self.state_writeback = writeback_positions(function, written_back(function))
 
 
 class Schedule:

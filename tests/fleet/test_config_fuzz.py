@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paddle_ngraph.errors import ConfigError
-from paddle_ngraph.fleet import config as cfg
+from paddle_ngraph import config_sources as cfg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULTS = open(os.path.join(ROOT, "configs", "defaults.yaml"), "rb").read()

@@ -13,7 +13,7 @@ import pytest
 import paddle_ngraph
 from paddle_ngraph import ConfigError
 from paddle_ngraph.config import valid_keys
-from paddle_ngraph.fleet import config as cfg
+from paddle_ngraph import config_sources as cfg
 from paddle_ngraph.quiet import quiet_env
 
 import paddle.distributed.fleet as fleet  # noqa: E402  (after paddle_ngraph: either order works)

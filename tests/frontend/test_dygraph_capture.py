@@ -1,5 +1,5 @@
 """Capturing a dygraph Layer (frontend/dygraph.py) and splitting forward from backward
-(passes/split_backward.py); the bucketed AllReduce of gradient results (insert_allreduce.py)."""
+(frontend/split_backward.py); the bucketed AllReduce of gradient results (insert_allreduce.py)."""
 import numpy as np
 import paddle
 import paddle.nn.functional as F

@@ -11,7 +11,7 @@ from harness import IRS, check_against_paddle, ir_guard, run_function, sync_batc
 from paddle_ngraph.frontend import ConversionSession, decode
 from paddle_ngraph.ir.ops.collective import STATISTICS_BUCKET, is_statistics
 from paddle_ngraph.passes import InsertAllReduce, PassManager
-from paddle_ngraph.passes.liveness import Liveness
+from paddle_ngraph.backends.cpu.passes.liveness import Liveness
 
 rng = np.random.default_rng(0)
 W = rng.standard_normal((3, 5, 5)).astype("float32")

@@ -4,7 +4,7 @@ import pytest
 
 import paddle_ngraph
 from paddle_ngraph.errors import ConfigError, ValidationError
-from paddle_ngraph.frontend import FETCH_PREFIX, STATE_PREFIX
+from paddle_ngraph.ir.roles import FETCH_PREFIX, STATE_PREFIX, fetch_result
 from paddle_ngraph.ir.ops.optimizer import OptimizerUpdate
 from paddle_ngraph.passes import InsertAllReduce, PassManager
 from paddle_ngraph.passes.accumulate_gradients import ACCUMULATOR_PREFIX, build_accumulate, build_apply
@@ -71,7 +71,7 @@ def test_state_the_forward_pass_updates_advances_on_every_micro_step():
 def test_a_fetch_of_an_updated_value_is_rejected_naming_it():
     original = converted("mnist_mlp", "sgd")
     update = updates(original)[0]
-    original.results[FETCH_PREFIX + "new_weight"] = update.output(0)
+    original.results[fetch_result("new_weight")] = update.output(0)
     with pytest.raises(ValidationError, match="fetched value 'new_weight'.*depends on the optimizer update"):
         build_accumulate(original, paddle_inputs(original))
 

@@ -8,7 +8,8 @@ import pytest
 import paddle_ngraph
 from paddle_ngraph import Config
 from paddle_ngraph.errors import ConfigError
-from paddle_ngraph.frontend import STATE_PREFIX, decode, loss_name
+from paddle_ngraph.frontend import decode, loss_name
+from paddle_ngraph.ir.roles import STATE_PREFIX
 from paddle_ngraph.ir.ops.optimizer import OptimizerUpdate
 from paddle_ngraph.passes.local_sgd import SNAPSHOT_PREFIX, supported_updates, build_local, build_sync
 from paddle_ngraph.transpiler import engines

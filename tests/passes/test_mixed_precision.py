@@ -114,7 +114,7 @@ def test_the_mark_survives_serialization_and_shows_in_the_text_form():
 
 
 def test_fusion_keeps_the_mark():
-    from paddle_ngraph.passes.fuse_matmul_bias import FuseMatMulBias
+    from paddle_ngraph.backends.cpu.passes.fuse_matmul_bias import FuseMatMulBias
 
     a = ops.Parameter(dtype="float32", shape=(2, 3), name="a")
     b = ops.Parameter(dtype="float32", shape=(3, 4), name="b")

@@ -6,7 +6,7 @@ import pytest
 
 from paddle_ngraph.backends import get_backend
 from paddle_ngraph.frontend import ConversionSession, decode, forward_sinks
-from paddle_ngraph.ir.function import RECOMPUTE_PREFIX
+from paddle_ngraph.passes.recompute import RECOMPUTE_PREFIX
 from paddle_ngraph.passes import PassManager
 from paddle_ngraph.passes.eliminate_duplicates import EliminateDuplicates
 from paddle_ngraph.passes.recompute import Recompute

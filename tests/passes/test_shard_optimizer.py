@@ -4,7 +4,7 @@ import paddle
 import pytest
 
 import paddle_ngraph
-from paddle_ngraph.frontend import STATE_PREFIX
+from paddle_ngraph.ir.roles import STATE_PREFIX
 from paddle_ngraph.passes import InsertAllReduce, PassManager
 from paddle_ngraph.passes.shard_optimizer import SHARD_PREFIX, ShardOptimizer
 from paddle_ngraph.zoo.models import build_program

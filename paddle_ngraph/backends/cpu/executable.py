@@ -7,8 +7,8 @@ build) and caches the result per shape signature: a training loop with a fixed
 batch builds once; a smaller last batch builds once more.
 
 Compile passes, in the pass manager (validation after each, dumps with
-PADDLE_NGRAPH_DUMP_PASSES): eliminate_duplicates, fuse_matmul_bias, liveness,
-memory_plan.
+PADDLE_NGRAPH_DUMP_PASSES): eliminate_duplicates, then this backend's own passes (``passes/``):
+fuse_matmul_bias, liveness, memory_plan.
 
 A function marked for bfloat16 (``precision: bf16``, passes/mixed_precision.py) runs in float32
 here, said once per process (precision.py): the specializations drop the marks.
@@ -23,18 +23,18 @@ import numpy as np
 from ...errors import ExecutionError, TransportError
 from ..base import check_input
 from ...ir import Function, clone_function
+from ...ir.ops.collective import COLLECTIVE_OPS
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
-from ...passes.fuse_matmul_bias import FuseMatMulBias
-from ...ir.ops.collective import COLLECTIVE_OPS
-from ...passes.liveness import IN_PLACE_COLLECTIVES, Liveness
-from ...passes.memory_plan import MemoryPlan
 from ...passes.mixed_precision import bf16_nodes, clear_bf16
 from .. import timeline
 from ..base import Backend, Executable, collective_labels, collective_tensor_names, register_backend
 from ..interpreter.bfloat16 import kernel_for as reference_kernel_for, touches_bfloat16
 from ..interpreter.kernels import KERNELS as REFERENCE_KERNELS
 from . import precision
+from .passes.fuse_matmul_bias import FuseMatMulBias
+from .passes.liveness import IN_PLACE_COLLECTIVES, Liveness
+from .passes.memory_plan import MemoryPlan
 
 _MAX_SPECIALIZATIONS = 8
 

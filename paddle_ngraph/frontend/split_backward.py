@@ -5,7 +5,7 @@ gradients of the outputs as inputs (``seeds``). Eager autograd needs them apart:
 runs when the Layer is called, the backward when ``loss.backward()`` brings the output
 gradients. The backward part is every node that depends on a seed; everything else is
 forward. Forward values the backward part reads cross as ``saved:<k>`` results of the forward
-function and parameters of the backward one, except graph inputs (weights, the batch),
+function and parameters of the backward one (``Role.SAVED``), except graph inputs (weights, the batch),
 which the backward function takes itself, and constants, which it re-creates: neither is
 worth keeping alive between the two calls.
 """
@@ -17,6 +17,7 @@ from ..errors import ValidationError
 from ..ir import Function
 from ..ir.node import Node, Output
 from ..ir.ops import Constant, Parameter
+from ..ir.roles import ResultName, Role
 
 SAVED_PREFIX = "saved:"
 
@@ -32,6 +33,9 @@ def split_backward(function: Function, seeds: list[str], forward_results: list[s
                    backward_results: list[str]) -> Split:
     """``seeds``: parameter names of the output gradients; the result names say which results
     belong to which function. A forward result depending on a seed is a ValidationError."""
+    typed = {str(name): name for name in function.results}  # the names with their roles
+    forward_results = [typed[name] for name in forward_results]
+    backward_results = [typed[name] for name in backward_results]
     seed_ids = {function.parameter(name).id for name in seeds}
     order = function.ordered_nodes()
     depends = set(seed_ids)
@@ -57,7 +61,7 @@ def split_backward(function: Function, seeds: list[str], forward_results: list[s
         if key not in saved:
             t = output.type
             saved[key] = Parameter(name=f"{SAVED_PREFIX}{len(saved_values)}", dtype=t.dtype.value,
-                                   shape=tuple(t.shape), role="saved")
+                                   shape=tuple(t.shape), role=Role.SAVED)
             saved_values.append(output)
             parameters.append(saved[key])
         return saved[key].output()
@@ -72,6 +76,7 @@ def split_backward(function: Function, seeds: list[str], forward_results: list[s
             made = Constant(node.attrs["value"], dtype=node.attrs["dtype"], name=node.name)
         else:
             made = type(node)(*[backward_value(i) for i in node.inputs], name=node.name, **node.attrs)
+            made.role = node.role
         copies[node.id] = made
         return made
 
@@ -79,10 +84,10 @@ def split_backward(function: Function, seeds: list[str], forward_results: list[s
     for name in seeds:
         copy(function.parameter(name))
     results = {name: backward_value(function.results[name]) for name in backward_results}
-    saved_names = [p.name for p in parameters if p.attrs["role"] == "saved"]
+    saved_names = [p.name for p in parameters if p.role is Role.SAVED]
     backward = Function(parameters, results, name=f"{function.name}_backward")
     forward_out = {name: function.results[name] for name in forward_results}
-    forward_out.update({f"{SAVED_PREFIX}{k}": v for k, v in enumerate(saved_values)})
+    forward_out.update({ResultName(f"{SAVED_PREFIX}{k}", Role.SAVED): v for k, v in enumerate(saved_values)})
     forward_params = [p for p in function.parameters if p.id not in seed_ids]
     forward = Function(forward_params, forward_out, name=f"{function.name}_forward")
     return Split(forward, backward, saved_names)

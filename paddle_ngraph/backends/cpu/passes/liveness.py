@@ -37,10 +37,10 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from ..ir import Function
-from ..ir.ops.collective import COLLECTIVE_OPS, is_statistics
-from ..ir.ops import Constant, Parameter
-from .base import FunctionPass
+from ....ir import Function
+from ....ir.ops.collective import COLLECTIVE_OPS, is_statistics
+from ....ir.ops import Constant, Parameter
+from ....passes.base import FunctionPass
 
 # Updates whose kernels read element i of their inputs before writing element i of an output, and
 # read whole inputs (Lamb's and LARS's norms) only before writing anything: an output may share

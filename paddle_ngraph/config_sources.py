@@ -1,4 +1,5 @@
-"""Where fleet training's configuration comes from (``strategy.ngraph = True``).
+"""Where the configuration of fleet training (``strategy.ngraph = True``) and of
+``paddle_ngraph.DataParallel`` comes from.
 
 The keys, their types, defaults and documentation are those of ``paddle_ngraph.config.Config``
 (``configs/defaults.yaml`` is the documented template generated from it). Precedence,
@@ -13,9 +14,8 @@ from __future__ import annotations
 
 import os
 
-from ..config import (KEYS, LOG_LEVELS, REDUCTIONS, TRANSPORTS, Config, check_combination, defaults, kind,  # noqa: F401
-                      type_name, valid_keys, validate, validate_value)
-from ..errors import ConfigError
+from .config import KEYS, check_combination, defaults, kind, type_name, valid_keys, validate, validate_value
+from .errors import ConfigError
 
 ENV_PREFIX = "PADDLE_NGRAPH_"
 CONFIG_FILE_ENV = "PADDLE_NGRAPH_CONFIG"
@@ -85,17 +85,3 @@ def resolve_config(overrides: dict | None = None, env=None) -> dict:
     config.update(validate(dict(overrides or {}), "strategy.ngraph_configs"))
     check_combination(config, "effective configuration")
     return config
-
-
-def apply_log_level(level: str):
-    """Sets the level of the ``paddle_ngraph`` logger (adds a stderr handler if it has none)."""
-    import logging
-
-    logger = logging.getLogger("paddle_ngraph")
-    logger.setLevel(level)
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[paddle_ngraph] %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
-    return logger

@@ -6,13 +6,13 @@ import pytest
 import paddle_ngraph
 from paddle_ngraph.backends import get_backend
 from paddle_ngraph.distributed.transport import NullTransport
-from paddle_ngraph.frontend import STATE_PREFIX
+from paddle_ngraph.ir.roles import STATE_PREFIX
 from paddle_ngraph.ir import Function, clone_function, ops
 from paddle_ngraph.passes import InsertAllReduce, PassManager
 from paddle_ngraph.passes.eliminate_duplicates import EliminateDuplicates
-from paddle_ngraph.passes.fuse_matmul_bias import FuseMatMulBias
-from paddle_ngraph.passes.liveness import Liveness
-from paddle_ngraph.passes.memory_plan import MemoryPlan
+from paddle_ngraph.backends.cpu.passes.fuse_matmul_bias import FuseMatMulBias
+from paddle_ngraph.backends.cpu.passes.liveness import Liveness
+from paddle_ngraph.backends.cpu.passes.memory_plan import MemoryPlan
 from paddle_ngraph.passes.shard_optimizer import ShardOptimizer
 from paddle_ngraph.zoo.models import build_program, make_batch
 

@@ -8,10 +8,10 @@ produces.
 """
 from __future__ import annotations
 
-from ..ir import Function
-from ..ir.ops.matmul import MatMulBias
-from .base import FunctionPass
-from .rewrite import replace_outputs
+from ....ir import Function
+from ....ir.ops.matmul import MatMulBias
+from ....passes.base import FunctionPass
+from ....passes.rewrite import replace_outputs
 
 
 class FuseMatMulBias(FunctionPass):

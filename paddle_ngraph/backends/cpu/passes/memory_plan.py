@@ -6,8 +6,8 @@ once when the executable is built, so a steady-state step allocates nothing.
 """
 from __future__ import annotations
 
-from ..ir import Function
-from .base import FunctionPass
+from ....ir import Function
+from ....passes.base import FunctionPass
 from .liveness import Liveness
 
 ALIGNMENT = 64
