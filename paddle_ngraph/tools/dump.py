@@ -553,7 +553,7 @@ def configuration(args):
 
     from ..config import Config
     from ..errors import ConfigError
-    from ..fleet.config import load_yaml
+    from ..config_sources import load_yaml
 
     values = load_yaml(args.config) if args.config else {}
     for item in args.set:

@@ -4,7 +4,7 @@ compression, raw gradients, and that every gradient is reduced once before its u
 Compression's refusals: test_insert_allreduce_compress.py."""
 import pytest
 
-from paddle_ngraph.frontend import FETCH_PREFIX, STATE_PREFIX
+from paddle_ngraph.ir.roles import FETCH_PREFIX, fetch_result, state_result
 from paddle_ngraph.ir import Function, ops
 from paddle_ngraph.ir.ops.optimizer import OptimizerUpdate
 from paddle_ngraph.ir.types import DType
@@ -38,7 +38,7 @@ def training_function(layers, clipped=()):
             params.append(scale)
             raw[name] = grad
             grad = ops.Multiply(grad, scale.output(), name=f"clipped_{name}").output()
-        results[STATE_PREFIX + name] = ops.SGDUpdate(w.output(), grad, lrs[dtype].output(), name=f"sgd_{name}").output()
+        results[state_result(name)] = ops.SGDUpdate(w.output(), grad, lrs[dtype].output(), name=f"sgd_{name}").output()
     return Function(params, results, name="train"), raw
 
 
@@ -214,7 +214,7 @@ def test_dygraph_gradient_results_are_averaged_in_buckets_in_the_order_backward_
 def test_gradients_left_to_paddle_are_reduced_in_one_allreduce_per_dtype():
     function, _ = training_function([("a", 4, F32), ("h", 4, "float64"), ("b", 400, F32)])
     grads = {n.inputs[n.param_input].node.name: n.inputs[n.grad_input] for n in updates(function).values()}
-    fallback = Function(function.parameters, {FETCH_PREFIX + name: g for name, g in grads.items()}, name="seg")
+    fallback = Function(function.parameters, {fetch_result(name): g for name, g in grads.items()}, name="seg")
     averaged = average_results(fallback, ["a", "h", "b"], compress="bf16")
     assert bucket_params(averaged) == [["grad_a", "grad_b"], ["grad_h"]]
     assert [(n.name, n.attrs["bucket"], n.attrs["compress"]) for n in allreduces(averaged)] == [
