@@ -57,6 +57,8 @@ ACTIVATIONS = {
     "hardshrink": (lambda x: F.hardshrink(x, 0.5), "hard_shrink", {"threshold": 0.5}, [0.5, -0.5, 0.0]),
     "softshrink": (lambda x: F.softshrink(x, 0.3), "softshrink", {"lambda": 0.3}, [0.3, -0.3, 0.0]),
     "tanhshrink": (lambda x: F.tanhshrink(x), "tanh_shrink", {}, [0.0]),
+    "stanh": (lambda x: paddle.stanh(x), "stanh", {"scale_a": 0.67, "scale_b": 1.7159}, [0.0]),
+    "stanh_attrs": (lambda x: paddle.stanh(x, 1.3, 0.4), "stanh", {"scale_a": 1.3, "scale_b": 0.4}, [0.0]),
     "thresholded_relu": (lambda x: F.thresholded_relu(x, 0.5, 0.2), "thresholded_relu",
                          {"threshold": 0.5, "value": 0.2}, [0.5]),
     "logsigmoid": (lambda x: F.log_sigmoid(x), "logsigmoid", {}, [0.0, -30.0, 30.0]),

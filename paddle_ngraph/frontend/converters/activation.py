@@ -411,6 +411,26 @@ def tanh_shrink_grad(ctx):
     _set_dx(ctx, a.mul(dout, a.mul(t, t)))
 
 
+# --- stanh: scale_b * tanh(scale_a * x), in the order of Paddle's STanhFunctor -----------------------------------
+def _stanh_scales(ctx):
+    return _float_attr(ctx, "scale_a", default=0.67), _float_attr(ctx, "scale_b", default=1.7159)
+
+
+@converter("stanh", "pd_op.stanh")
+def stanh(ctx):
+    x, (scale_a, scale_b) = _x(ctx), _stanh_scales(ctx)
+    _set_out(ctx, a.mul(a.c(scale_b, x), ops.Tanh(a.mul(a.c(scale_a, x), x)).output()))
+
+
+@converter("stanh_grad", "pd_op.stanh_grad")
+def stanh_grad(ctx):
+    """dx = dout * a * b * (1 - tanh(a x)^2) (STanhGradFunctor reads X)."""
+    x, dout, (scale_a, scale_b) = _x(ctx), _dout(ctx), _stanh_scales(ctx)
+    t = ops.Tanh(a.mul(a.c(scale_a, x), x)).output()
+    slope = a.mul(a.mul(a.c(scale_a, x), a.c(scale_b, x)), a.sub(a.c(1, x), a.mul(t, t)))
+    _set_dx(ctx, a.mul(dout, slope))
+
+
 def _thresholded_attrs(ctx):
     return _float_attr(ctx, "threshold", default=1.0), _float_attr(ctx, "value", default=0.0)
 
