@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..frontend.dygraph import GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError, capture
-from ..ir.roles import STATE_PREFIX, Role
+from ..ir.roles import Role, written_back
 from ..backends.base import write_back, writeback_positions
 from ..ir import Function
 from ..passes.pipeline import Facts, build_passes, run_pipeline
@@ -81,7 +81,7 @@ class Compiled:
         # optimizer is the user's, in Paddle: nothing else applies); the synchronizing backward
         # takes the gradient AllReduce as well.
         run_pipeline(forward, build_passes(config, 1))
-        inplace = {STATE_PREFIX + n: n for n in cap.state}
+        inplace = written_back(forward)
         self.forward = compiler.compile(forward, inplace_results=inplace)
         results = list(forward.results)
         self.out_positions = [results.index(f"{OUT_PREFIX}{i}") for i in range(cap.num_outputs)]

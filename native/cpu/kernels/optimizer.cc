@@ -286,7 +286,7 @@ class LambKernel : public Kernel {
       return m1_hat / (std::sqrt(m2_hat) + eps) + decay * p[i];
     };
     // Pass 1: the moments; the norms' sums of squares. The parameter output is not written yet:
-    // the engine may give it the parameter's own buffer (passes/liveness.py), which pass 2 reads.
+    // the engine may give it the parameter's own buffer (backends/cpu/passes/liveness.py), which pass 2 reads.
     double p_sq = 0.0, s_sq = 0.0;
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) reduction(+ : p_sq, s_sq)
     for (int64_t i = 0; i < n; ++i) {
