@@ -123,53 +123,83 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     """Chooses the segments of block 0 and the ops left to Paddle: ops without converter, and
     those in ``refused`` (``refused_by_converters``)."""
     refused = refused or {}
-    block0 = [op for op in view.ops if op.block == 0]
-    fallback = [op for op in block0 if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused]
+    block0 = _Block(view)
+    fallback = [op for op in block0.ops
+                if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused]
     fallback_ids = {id(op) for op in fallback}
+    anchors = _anchors(view, block0.ops, extra_fetch, fallback_ids)
+    kept_ids = _kept(block0, fallback_ids | {id(op) for op in anchors})
+    kept = [op for op in block0.ops if id(op) in kept_ids]
+    segments = _runs(block0.ops, fallback_ids)
+    segment_of = {id(op): s for s in segments for op in s.ops}
+    _wire_inputs(view, block0, segments, segment_of)
+    _wire_outputs(block0, kept, kept_ids, segment_of)
+    segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of)
+    _order_inputs(view, block0, fallback, segments)
+    for seg in segments:
+        if len(seg.outputs) > MAX_VALUES:
+            raise ConversionError(
+                f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
+                f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
+                f"{MAX_VALUES} output slots for them")
+    return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
+
+
+class _Block:
+    """Block 0's ops, their positions, and which op last wrote a name before a position."""
+
+    def __init__(self, view: ProgramView):
+        self.ops = [op for op in view.ops if op.block == 0]
+        self.position = {id(op): i for i, op in enumerate(self.ops)}
+        self.writers: dict[str, list] = {}
+        for op in self.ops:
+            if op.type in SOURCE_OPS or op.type in SKIPPED_OPS:
+                continue
+            for name in op.output_names():
+                self.writers.setdefault(name, []).append(op)
+
+    def producer(self, name: str, reader_position: int):
+        """The latest op (program order) writing ``name`` before ``reader_position``."""
+        found = None
+        for op in self.writers.get(name, ()):
+            if self.position[id(op)] < reader_position:
+                found = op
+        return found
+
+
+def _anchors(view, block0: list, extra_fetch, fallback_ids: set) -> list:
+    """The forward sinks (loss, metrics) and the producers of ``extra_fetch``, which stay Paddle
+    ops reading the engine's outputs so that fetch handles stay valid."""
     anchors = forward_sinks(view)
     extra = {view.name_of(h) for h in extra_fetch}
     if extra:
         anchors += [op for op in block0 if op not in anchors and extra & set(op.output_names())
                     and op.type not in SKIPPED_OPS and id(op) not in fallback_ids]
-    anchors = [op for op in anchors if id(op) not in fallback_ids]
+    return [op for op in anchors if id(op) not in fallback_ids]
 
-    # The latest op (program order) writing each name before a given position.
-    position = {id(op): i for i, op in enumerate(block0)}
-    writers: dict[str, list] = {}
-    for op in block0:
-        if op.type in SOURCE_OPS or op.type in SKIPPED_OPS:
-            continue
-        for name in op.output_names():
-            writers.setdefault(name, []).append(op)
 
-    def producer(name: str, reader_position: int):
-        found = None
-        for op in writers.get(name, ()):
-            if position[id(op)] < reader_position:
-                found = op
-        return found
-
-    # Constants (ops without inputs) that kept ops read stay in Paddle too: Paddle wants such
-    # operands (axes, shapes) defined by constant ops, and they cost nothing.
-    kept_ids = fallback_ids | {id(op) for op in anchors}
-    constants = []
+def _kept(block0: _Block, kept_ids: set) -> set:
+    """The ids of the ops Paddle keeps: ``kept_ids``, and the constants (ops without inputs) they
+    read. Paddle wants such operands (axes, shapes) defined by constant ops, and they cost nothing."""
+    kept_ids = set(kept_ids)
     changed = True
     while changed:
         changed = False
-        for op in block0:
+        for op in block0.ops:
             if id(op) not in kept_ids:
                 continue
             for name in op.input_names():
-                source = producer(name, position[id(op)])
+                source = block0.producer(name, block0.position[id(op)])
                 if (source is not None and id(source) not in kept_ids and not source.input_names()
                         and source.type in OP_TABLE):
                     kept_ids.add(id(source))
-                    constants.append(source)
                     changed = True
-    kept = [op for op in block0 if id(op) in kept_ids]
+    return kept_ids
 
-    # Segments: maximal runs of engine ops between the fallback ops. Sinks and constants, which
-    # the engine converts as well, do not split a run.
+
+def _runs(block0: list, fallback_ids: set) -> list[Segment]:
+    """Segments: maximal runs of engine ops between the fallback ops. Sinks and constants, which
+    the engine converts as well, do not split a run."""
     segments: list[Segment] = []
     current: list = []
     for op in block0:
@@ -183,15 +213,19 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
         current.append(op)
     if current:
         segments.append(Segment(len(segments), current))
-    segment_of = {id(op): s for s in segments for op in s.ops}
+    return segments
 
+
+def _wire_inputs(view, block0: _Block, segments: list, segment_of: dict):
+    """Each segment's inputs: read from Paddle, handed over in memory by an earlier segment, or a
+    constant it converts its own copy of."""
     for seg in segments:
         inputs, handed_in = [], []
         for op in seg.ops:
             for name in op.input_names():
                 if op.type in XSHAPE_DIMS_ONLY and name in op.inputs.get(normalize("XShape"), ()):
                     continue  # dims only, read from its declaration; Paddle gives it no data
-                source = producer(name, position[id(op)])
+                source = block0.producer(name, block0.position[id(op)])
                 owner = segment_of.get(id(source)) if source is not None else None
                 if owner is seg:
                     continue
@@ -211,18 +245,23 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                     inputs.append(name)
         seg.inputs, seg.handed_in = inputs, handed_in
 
-    # Values kept ops read that segments produce; ops of sub-blocks read at their owner's position.
-    # (Ops of legacy sub-blocks read at their owner's position: the owner lists them as CAPTURED.)
+
+def _wire_outputs(block0: _Block, kept: list, kept_ids: set, segment_of: dict):
+    """Values kept ops read that segments produce. (Ops of legacy sub-blocks read at their owner's
+    position: the owner lists them as CAPTURED.)"""
     for op in kept:
         for name in op.input_names():
-            source = producer(name, position[id(op)])
+            source = block0.producer(name, block0.position[id(op)])
             if source is None or id(source) in kept_ids:
                 continue
             owner = segment_of.get(id(source))
             if owner is not None and name not in owner.outputs:
                 owner.outputs.append(name)
 
-    # Gradients of updates left to Paddle: averaged where they are produced.
+
+def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segments: list, segment_of: dict) -> list:
+    """Gradients of updates left to Paddle: averaged where they are produced, or by a segment
+    holding only that AllReduce, just before the update, if a Paddle op produced them."""
     collective_only = []
     for op in fallback:
         if not _is_update(op):
@@ -230,7 +269,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
         for name in op.inputs["grad"]:
             if not name:
                 continue
-            source = producer(name, position[id(op)])
+            source = block0.producer(name, block0.position[id(op)])
             owner = segment_of.get(id(source)) if source is not None else None
             if owner is not None:
                 if name not in owner.allreduce:
@@ -239,26 +278,21 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                     owner.outputs.append(name)
             else:
                 collective_only.append(Segment(-1, [], inputs=[name], outputs=[name], allreduce=[name], before_op=op))
-    if collective_only:
-        ordered = sorted(segments + collective_only, key=lambda s: position[id(s.first)])
-        for i, seg in enumerate(ordered):
-            seg.index = i
-        segments = ordered
+    if not collective_only:
+        return segments
+    ordered = sorted(segments + collective_only, key=lambda s: block0.position[id(s.first)])
+    for i, seg in enumerate(ordered):
+        seg.index = i
+    return ordered
 
-    # Order-only inputs: the previous segment's token (added by the rewrite) and one output of
-    # every Paddle op since the previous segment.
+
+def _order_inputs(view, block0: _Block, fallback: list, segments: list):
+    """Order-only inputs: the previous segment's token (added by the rewrite) and one output of
+    every Paddle op since the previous segment."""
     previous_position = -1
     for seg in segments:
-        start = position[id(seg.first)]
+        start = block0.position[id(seg.first)]
         seg.after = [next(iter(op.output_names()), None) for op in fallback
-                     if previous_position < position[id(op)] < start]
+                     if previous_position < block0.position[id(op)] < start]
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start
-    for seg in segments:
-        if len(seg.outputs) > MAX_VALUES:
-            raise ConversionError(
-                f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
-                f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
-                f"{MAX_VALUES} output slots for them")
-    return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
-
