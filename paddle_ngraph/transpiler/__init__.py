@@ -70,6 +70,47 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     """
     if isinstance(transport, str):
         overrides["transport"], transport = transport, None
+    view, config = _configured(program, config, overrides)
+    from ..backends.timeline import timeline_from_env
+    from ..distributed import resolve_transport
+
+    engine_op.library()  # registers the operator before the program refers to it
+    checkpoints = recompute_checkpoints(view, config.recompute_checkpoints)
+    unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
+    if unsupported and not config.fallback:
+        raise UnsupportedOpsError(unsupported)
+    # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
+    compiler = backend_for(config)
+    transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
+    plan, converted = plan_program(view, config, transport.size, compiler, fetch_list)
+    _check_plan(view, plan, config)
+    timeline = timeline_from_env(transport.rank, transport.size)
+    if transport.size > 1:
+        transport.set_hierarchical(config.hierarchical)
+        transport.shared_memory = config.shm_allreduce
+    handover: dict = {}
+    unmade: set[str] = set()
+    engines = [_build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
+                             converted, ordered=i > 0) for i, seg in enumerate(plan.segments)]
+    if checkpoints and not any(e.recomputed for e in engines):
+        log.warning("%s: recompute_checkpoints %s: no forward value is computed before them and read by the "
+                    "backward pass, so nothing is recomputed", view.source, ", ".join(checkpoints))
+    if engines and plan.fallback and transport.size > 1:
+        _start_paddle_state_equal(view, plan, engines, transport)
+    original = originals.remember(view)  # for evaluation clones, export and fetch checks
+    if view.ir == "pir":
+        rewrite_pir(view, plan, engines)
+    else:
+        rewrite_legacy(view, plan, engines)
+    originals.complete(original)
+    log.info("rank %d/%d: %s transpiled: %d engine segment(s), %s backend, %s transport", transport.rank,
+             transport.size, view.source, len(engines), compiler.name, transport.name)
+    return program
+
+
+def _configured(program, config, overrides: dict):
+    """The program's view and the effective ``Config`` (recompute checkpoints given as Variables or
+    Values become their names); sets the log level the configuration asks for, if it asks."""
     view = None
     handles = overrides.get("recompute_checkpoints")
     if isinstance(handles, (list, tuple)) and any(not isinstance(h, str) for h in handles):
@@ -83,19 +124,11 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         apply_log_level(config.log_level)
     else:  # a level the application (or fleet) set is kept
         _default_log_level()
-    from ..backends.timeline import timeline_from_env
-    from ..distributed import resolve_transport
+    return view or decode(program), config
 
-    engine_op.library()  # registers the operator before the program refers to it
-    view = view or decode(program)
-    checkpoints = recompute_checkpoints(view, config.recompute_checkpoints)
-    unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
-    if unsupported and not config.fallback:
-        raise UnsupportedOpsError(unsupported)
-    # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
-    compiler = backend_for(config)
-    transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
-    plan, converted = plan_program(view, config, transport.size, compiler, fetch_list)
+
+def _check_plan(view, plan, config):
+    """Refuses what needs the whole program on the engine when ops fall back; says what falls back."""
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
         what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
                 else "localsgd_k_steps (local SGD)")
@@ -107,43 +140,25 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         for op in plan.fallback:
             if id(op) in plan.refused:
                 log.debug("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
-    timeline = timeline_from_env(transport.rank, transport.size)
-    if transport.size > 1:
-        transport.set_hierarchical(config.hierarchical)
-        transport.shared_memory = config.shm_allreduce
-    handover: dict = {}
-    unmade: set[str] = set()
-    engines = [_build_engine(view, plan, seg, compiler, transport, timeline, handover, config, checkpoints, unmade,
-                             converted, ordered=i > 0) for i, seg in enumerate(plan.segments)]
-    if checkpoints and not any(e.recomputed for e in engines):
-        log.warning("%s: recompute_checkpoints %s: no forward value is computed before them and read by the "
-                    "backward pass, so nothing is recomputed", view.source, ", ".join(checkpoints))
-    if engines and plan.fallback:
-        # Ranks start identical: the engines broadcast what they read at their first step; what
-        # Paddle ops read (a parameter of a custom op) is broadcast here too, since Paddle may run
-        # such an op before the engine that reads it, or no engine reads it.
-        read = {n for e in engines for n in e.input_names}
-        by_paddle = {n for op in plan.fallback for n in op.input_names()}
-        names = sorted(n for n, v in view.vars.items()
-                       if v.persistable and (v.is_parameter or _is_optimizer_state(n, view))
-                       and (n in by_paddle or n not in read))
-        if names and transport.size > 1:
-            from ..distributed import broadcast_scope_variables
 
-            # Now if the startup program has run (every rank transpiles at the same point): at the
-            # first step Paddle may run such an op before the first engine, which nothing orders.
-            # Otherwise (fleet transpiles before the startup program) the first engine does it.
-            if not broadcast_scope_variables(names, transport):
-                engines[0].scope_sync = names
-    original = originals.remember(view)  # for evaluation clones, export and fetch checks
-    if view.ir == "pir":
-        rewrite_pir(view, plan, engines)
-    else:
-        rewrite_legacy(view, plan, engines)
-    originals.complete(original)
-    log.info("rank %d/%d: %s transpiled: %d engine segment(s), %s backend, %s transport", transport.rank,
-             transport.size, view.source, len(engines), compiler.name, transport.name)
-    return program
+
+def _start_paddle_state_equal(view, plan, engines, transport):
+    """Ranks start identical: the engines broadcast what they read at their first step; what
+    Paddle ops read (a parameter of a custom op) is broadcast here too, since Paddle may run such
+    an op before the engine that reads it, or no engine reads it."""
+    read = {n for e in engines for n in e.input_names}
+    by_paddle = {n for op in plan.fallback for n in op.input_names()}
+    names = sorted(n for n, v in view.vars.items()
+                   if v.persistable and (v.is_parameter or _is_optimizer_state(n, view))
+                   and (n in by_paddle or n not in read))
+    if names:
+        from ..distributed import broadcast_scope_variables
+
+        # Now if the startup program has run (every rank transpiles at the same point): at the
+        # first step Paddle may run such an op before the first engine, which nothing orders.
+        # Otherwise (fleet transpiles before the startup program) the first engine does it.
+        if not broadcast_scope_variables(names, transport):
+            engines[0].scope_sync = names
 
 
 def options(config: Config | None, overrides: dict, source: str = "transpile") -> Config:
