@@ -37,6 +37,11 @@ class UnsupportedOpsError(ConversionError):
         super().__init__("\n".join(lines))
 
 
+class RegistrationError(NgraphError, RuntimeError):
+    """A converter or kernel registered twice for one op type; names both. A RuntimeError too: it
+    is a programming error of whoever registers, raised at import."""
+
+
 class ProgramFileError(NgraphError):
     """A saved program that cannot be read; names the file and what is wrong."""
 

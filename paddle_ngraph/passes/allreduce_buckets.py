@@ -15,21 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from ..ir import Output
-from ..ir.ops import AllReduce
-from ..ir.types import DType
-
-
-# The reductions a compressed AllReduce computes (distributed/compress.py): it sums in float32.
-COMPRESSIBLE_REDUCTIONS = ("sum", "avg")
-
-
-def compression_for(dtype: DType, reduction: str, compress: str) -> str:
-    """The wire format of one bucket's AllReduce: ``compress`` where the 16-bit scheme is defined
-    (float32 values summed or averaged: it accumulates in float32, distributed/compress.py), else
-    "none" (the bucket travels as it is)."""
-    if compress != "none" and dtype == DType.float32 and reduction in COMPRESSIBLE_REDUCTIONS:
-        return compress
-    return "none"
+from ..ir.ops import COMPRESSIBLE_REDUCTIONS, AllReduce, compression_for  # noqa: F401 (the rule, re-exported)
 
 
 def plan_buckets(sizes: Sequence[int], keys: Sequence[Hashable], bucket_bytes: int,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...errors import RegistrationError
+
 #: Paddle op type (legacy or PIR) -> converter, in registration order (the order of docs/OPS.md).
 OP_TABLE: dict[str, Callable] = {}
 
@@ -28,8 +30,8 @@ def converter(*op_types: str):
             if op_type in OP_TABLE or op_type in SKIPPED_OPS or op_types.count(op_type) > 1:
                 other = OP_TABLE.get(op_type, function)
                 owner = "SKIPPED_OPS" if op_type in SKIPPED_OPS else f"{other.__module__}.{other.__name__}"
-                raise RuntimeError(f"Paddle op type '{op_type}' registered twice: by {owner} and by "
-                                   f"{function.__module__}.{function.__name__}")
+                raise RegistrationError(f"Paddle op type '{op_type}' registered twice: by {owner} and by "
+                                        f"{function.__module__}.{function.__name__}")
         for op_type in op_types:
             OP_TABLE[op_type] = function
         return function

@@ -10,17 +10,28 @@ from ..node import Node, register_op
 from ..types import DType, TensorType
 
 __all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COMPRESSIONS",
-           "COLLECTIVE_OPS", "STATISTICS_BUCKET", "is_statistics"]
+           "COMPRESSIBLE_REDUCTIONS", "compression_for", "COLLECTIVE_OPS", "STATISTICS_BUCKET", "is_statistics"]
 
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 # Wire formats of a compressed AllReduce (distributed/compress.py): "none" sends float32 as is.
 COMPRESSIONS = ("none", "bf16", "fp16")
+# The reductions a compressed AllReduce computes (distributed/compress.py): it sums in float32.
+COMPRESSIBLE_REDUCTIONS = ("sum", "avg")
 # Every op type of this module: the ops that communicate.
 COLLECTIVE_OPS = frozenset({"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"})
 # Bucket label prefix of the collectives that the step's own computation waits for (the batch-norm
 # sums of sync_batch_norm, in the forward and the backward pass), as opposed to gradient buckets,
 # which only the optimizer updates read: the scheduler must not hold back what follows them.
 STATISTICS_BUCKET = "statistics:"
+
+
+def compression_for(dtype: DType, reduction: str, compress: str) -> str:
+    """The wire format of one AllReduce of ``dtype`` values: ``compress`` where the 16-bit scheme is
+    defined (float32 values summed or averaged: it accumulates in float32), else "none" (the values
+    travel as they are). The one statement of the rule: passes choose with it, AllReduce checks it."""
+    if compress != "none" and dtype == DType.float32 and reduction in COMPRESSIBLE_REDUCTIONS:
+        return compress
+    return "none"
 
 
 def is_statistics(node) -> bool:
@@ -52,10 +63,10 @@ class AllReduce(Collective):
         self.check(compress in COMPRESSIONS, f"compress '{compress}' is not one of {COMPRESSIONS}")
         types = super().infer()
         if compress != "none":
-            self.check(reduction in ("sum", "avg"),
+            self.check(reduction in COMPRESSIBLE_REDUCTIONS,
                        f"compress '{compress}' needs reduction sum or avg, not '{reduction}'")
             for i, t in enumerate(types):
-                self.check(t.dtype == DType.float32,
+                self.check(compression_for(t.dtype, reduction, compress) == compress,
                            f"compress '{compress}' needs float32 inputs; input {i} is {t.dtype.value}")
         return types
 

@@ -4,6 +4,8 @@ A kernel is ``fn(node, inputs, transport) -> list of outputs`` (NumPy arrays).
 """
 from __future__ import annotations
 
+from ....errors import RegistrationError
+
 KERNELS: dict = {}
 
 
@@ -11,7 +13,8 @@ def kernel(*op_types):
     def decorate(fn):
         for t in op_types:
             if t in KERNELS:
-                raise RuntimeError(f"kernel for {t} registered twice")
+                raise RegistrationError(f"INTERPRETER kernel for IR op {t} registered twice: by "
+                                        f"{KERNELS[t].__module__}.{KERNELS[t].__name__} and by {fn.__module__}.{fn.__name__}")
             KERNELS[t] = fn
         return fn
     return decorate
