@@ -148,36 +148,8 @@ def layer_name(layer) -> str:
 
 def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     """Captures ``layer(*args)``; ``with_grad``: the backward too (else forward only)."""
-    import paddle
-
-    # One holder per mode: the translator's program cache is keyed by the inputs only, and a program
-    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says.
-    key = (id(layer), len(args), training)
-    holder = _HOLDERS.get(key)
-    if holder is None or holder.layer.inner is not layer:
-        holder = _HOLDERS[key] = _Holder(layer, len(args))
-    holder.layer.training = training
     name = layer_name(layer)
-    leaving = values_leaving_graph(layer)
-    if leaving:
-        raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
-                           f"captured program would freeze at its first call)")
-    try:
-        # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
-        # follows the Layers' own ``training`` flags, read while tracing.
-        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
-        if with_grad:
-            runnable = partial.train_program
-            program = runnable.program
-        else:
-            runnable, program = None, concrete.main_program
-    except CaptureError:
-        raise
-    except Exception as e:  # the translator's errors: .numpy() in forward, unsupported Python
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        reason = lines[0] if lines else ""
-        raise CaptureError(f"Layer {name}: paddle.jit.to_static (AST) could not translate its forward: "
-                           f"{type(e).__name__}: {reason[:300]}") from e
+    partial, runnable, program = _trace(layer, args, training, with_grad, name)
     view = decode_program(program, source=f"Layer {name}")
     ops = [op for op in view.ops if op.block == 0]
     flow = sorted({op.type for op in ops if op.type in _CONTROL_FLOW})
@@ -187,22 +159,9 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     unsupported = find_unsupported(view, ops)
     if unsupported:
         raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
-
-    shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops
-              if op.type == "builtin.shadow_output" and op.input_names()}
     data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
     params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]
-    flat_outputs = list(partial._outputs.var_list)  # distinct output values, as run_program returns them
-    if with_grad:
-        out_names = list(runnable.out_names)
-        seed_names = list(runnable.o_grad_names)
-        outputs = [shadow[n] for n in out_names]
-        seeds = [shadow[n] for n in seed_names]
-        x_grads = [shadow.get(n) if n != FAKE else None for n in runnable.x_grad_names]
-        p_grads = {p: shadow.get(g) for p, g in zip(runnable.param_names, runnable.p_grad_names) if g != FAKE}
-    else:
-        outputs = [view.name_of(v) for v in flat_outputs]
-        seeds, x_grads, p_grads = [], [], {}
+    outputs, seeds, x_grads, p_grads = _program_values(view, ops, partial, runnable)
     session = ConversionSession(view)
     seed_params = []
     for i, (seed, out) in enumerate(zip(seeds, outputs)):
@@ -218,6 +177,73 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         session.convert_ops([op for op in ops if not (set(op.output_names()) & seed_set)])
     except ConversionError as e:
         raise CaptureError(f"Layer {name}: {e}") from e
+    results, state = _forward_results(view, session, outputs)
+    forward_results = list(results)
+    grads = [p for p in params if p in p_grads and p_grads[p] in session.env]
+    input_grads = [i for i, g in enumerate(x_grads) if g is not None and g in session.env]
+    grad_results = [ResultName(f"{GRAD_PREFIX}{p}", Role.GRADIENT, p) for p in grads]
+    input_grad_results = [ResultName(f"{XGRAD_PREFIX}{i}", Role.INPUT_GRADIENT) for i in input_grads]
+    for result, p in zip(grad_results, grads):
+        results[result] = session.env[p_grads[p]]
+    for result, i in zip(input_grad_results, input_grads):
+        results[result] = session.env[x_grads[i]]
+    whole = Function(session.parameters, results, name=type(layer).__name__)
+    capture = Capture(inputs=data, params=params, outputs=partial._outputs, num_outputs=len(outputs),
+                      forward=whole, grads=grads, input_grads=input_grads, state=state)
+    if with_grad:
+        split: Split = split_backward(whole, seed_params, forward_results, grad_results + input_grad_results)
+        capture.forward, capture.backward, capture.saved = split.forward, split.backward, split.saved
+    return capture
+
+
+def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
+    """The Layer traced by paddle.jit.to_static (AST): (partial program, its runnable train program
+    or None, the program to convert)."""
+    # One holder per mode: the translator's program cache is keyed by the inputs only, and a program
+    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says.
+    key = (id(layer), len(args), training)
+    holder = _HOLDERS.get(key)
+    if holder is None or holder.layer.inner is not layer:
+        holder = _HOLDERS[key] = _Holder(layer, len(args))
+    holder.layer.training = training
+    leaving = values_leaving_graph(layer)
+    if leaving:
+        raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
+                           f"captured program would freeze at its first call)")
+    try:
+        # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
+        # follows the Layers' own ``training`` flags, read while tracing.
+        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
+        if with_grad:
+            runnable = partial.train_program
+            return partial, runnable, runnable.program
+        return partial, None, concrete.main_program
+    except CaptureError:
+        raise
+    except Exception as e:  # the translator's errors: .numpy() in forward, unsupported Python
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = lines[0] if lines else ""
+        raise CaptureError(f"Layer {name}: paddle.jit.to_static (AST) could not translate its forward: "
+                           f"{type(e).__name__}: {reason[:300]}") from e
+
+
+def _program_values(view, ops, partial, runnable):
+    """The traced program's outputs, the seeds of their gradients, and the gradients of the inputs
+    (None where there is none) and of the parameters, by their names in ``view``."""
+    if runnable is None:
+        return [view.name_of(v) for v in partial._outputs.var_list], [], [], {}
+    shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops
+              if op.type == "builtin.shadow_output" and op.input_names()}
+    outputs = [shadow[n] for n in runnable.out_names]
+    seeds = [shadow[n] for n in runnable.o_grad_names]
+    x_grads = [shadow.get(n) if n != FAKE else None for n in runnable.x_grad_names]
+    p_grads = {p: shadow.get(g) for p, g in zip(runnable.param_names, runnable.p_grad_names) if g != FAKE}
+    return outputs, seeds, x_grads, p_grads
+
+
+def _forward_results(view, session, outputs) -> tuple[dict, list]:
+    """The outputs, and the new values of the persistable variables the forward updates (batch
+    norm's running statistics), with those variables' names."""
     results = {ResultName(f"{OUT_PREFIX}{i}", Role.OUTPUT): session.value(n) for i, n in enumerate(outputs)}
     state = []
     for var, value in session.env.items():
@@ -225,19 +251,4 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         if info is not None and info.persistable and var in session.initial and value.node is not session.initial[var]:
             results[state_result(var)] = value
             state.append(var)
-    forward_results = list(results)
-    grads = [p for p in params if p in p_grads and p_grads[p] in session.env]
-    input_grads = [i for i, g in enumerate(x_grads) if g is not None and g in session.env]
-    backward_results = ([ResultName(f"{GRAD_PREFIX}{p}", Role.GRADIENT, p) for p in grads]
-                        + [ResultName(f"{XGRAD_PREFIX}{i}", Role.INPUT_GRADIENT) for i in input_grads])
-    for name, p in zip(backward_results, grads):
-        results[name] = session.env[p_grads[p]]
-    for name, i in zip(backward_results[len(grads):], input_grads):
-        results[name] = session.env[x_grads[i]]
-    whole = Function(session.parameters, results, name=type(layer).__name__)
-    capture = Capture(inputs=data, params=params, outputs=partial._outputs, num_outputs=len(outputs),
-                      forward=whole, grads=grads, input_grads=input_grads, state=state)
-    if with_grad:
-        split: Split = split_backward(whole, seed_params, forward_results, backward_results)
-        capture.forward, capture.backward, capture.saved = split.forward, split.backward, split.saved
-    return capture
+    return results, state
