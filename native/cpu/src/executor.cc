@@ -295,7 +295,7 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
   bind();  // inputs may move between steps; binding is a pass over pointers, no allocation
   wait_seconds_ = 0;
   comm_seconds_ = 0;
-  int started = 0, waited = 0;
+  InFlight flight;
   if (profiling_) step_seconds_.assign(steps_.size(), 0.0);
   const bool tracing = tracing_;  // fixed for the whole run: the communication thread reads it too
   if (tracing) {
@@ -311,62 +311,17 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
         try {
           step.kernel->run(step.in_tensors, step.out_tensors);
         } catch (const std::exception& e) {
-          if (started > waited) fail_in_flight();
+          if (flight.pending()) fail_in_flight();
           throw Error(where(step.node) + e.what());
         }
         break;
-      case StepKind::Start: {
-        Collective& c = collectives_[step.collective];
-        // Pack the bucket into its region (a no-op where the planner placed an input there already).
-        // A lone uncompressed input elsewhere is not copied: the AllReduce reads it in place.
-        c.unpacked = nullptr;
-        if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" &&
-            resolved_[c.in[0]] != resolved_[c.out[0]]) {
-          c.unpacked = resolved_[c.in[0]];
-        } else {
-          for (size_t i = 0; c.region >= 0 && i < c.in.size(); ++i) {
-            void* src = resolved_[c.in[i]];
-            void* dst = resolved_[c.out[i]];
-            if (src != dst) std::memcpy(dst, src, static_cast<size_t>(buffers_[c.out[i]].nbytes));
-          }
-        }
-        c.done = false;
-        c.traced = tracing;
-        c.error.clear();
-        // The pack ends where the thread may begin: the trace must not show the transfer first.
-        if (tracing) packed = now_seconds();
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          queue_.push_back(step.collective);
-        }
-        submitted_.fetch_add(1, std::memory_order_relaxed);
-        // Nothing to overlap with (its Wait comes before any compute): the compute thread runs it at
-        // the Wait, and waking the communication thread would only cost a wake-up on a core that
-        // another rank may be computing on (unless that thread is busy: it then takes it in turn).
-        if (c.overlaps) work_cv_.notify_one();
-        ++started;
+      case StepKind::Start:
+        packed = start_collective(step.collective, tracing);
+        ++flight.started;
         break;
-      }
-      case StepKind::Wait: {
-        double t0 = now_seconds();
-        wait_for(step.collective);
-        wait_seconds_ += now_seconds() - t0;
-        ++waited;
-        const Collective& c = collectives_[step.collective];
-        if (!c.error.empty()) {
-          if (started > waited) fail_in_flight();
-          throw Error(where(c.node) + c.error);
-        }
-        if (check_finite_ && c.region >= 0) {
-          try {
-            check_finite(c);
-          } catch (const std::exception& e) {
-            if (started > waited) fail_in_flight();
-            throw Error(where(c.node) + e.what());
-          }
-        }
+      case StepKind::Wait:
+        finish_collective(step.collective, flight);
         break;
-      }
     }
     if (profiling_ || tracing) {
       const double step_end = now_seconds();
@@ -375,6 +330,58 @@ void Executor::run_here(void* const* inputs, int n_inputs) {
         step_trace_[2 * index] = step_start;
         step_trace_[2 * index + 1] = step.kind == StepKind::Start ? packed : step_end;
       }
+    }
+  }
+}
+
+double Executor::start_collective(int index, bool tracing) {
+  Collective& c = collectives_[index];
+  // Pack the bucket into its region (a no-op where the planner placed an input there already).
+  // A lone uncompressed input elsewhere is not copied: the AllReduce reads it in place.
+  c.unpacked = nullptr;
+  if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" &&
+      resolved_[c.in[0]] != resolved_[c.out[0]]) {
+    c.unpacked = resolved_[c.in[0]];
+  } else {
+    for (size_t i = 0; c.region >= 0 && i < c.in.size(); ++i) {
+      void* src = resolved_[c.in[i]];
+      void* dst = resolved_[c.out[i]];
+      if (src != dst) std::memcpy(dst, src, static_cast<size_t>(buffers_[c.out[i]].nbytes));
+    }
+  }
+  c.done = false;
+  c.traced = tracing;
+  c.error.clear();
+  // The pack ends where the thread may begin: the trace must not show the transfer first.
+  const double packed = tracing ? now_seconds() : 0.0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(index);
+  }
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  // Nothing to overlap with (its Wait comes before any compute): the compute thread runs it at
+  // the Wait, and waking the communication thread would only cost a wake-up on a core that
+  // another rank may be computing on (unless that thread is busy: it then takes it in turn).
+  if (c.overlaps) work_cv_.notify_one();
+  return packed;
+}
+
+void Executor::finish_collective(int index, InFlight& flight) {
+  double t0 = now_seconds();
+  wait_for(index);
+  wait_seconds_ += now_seconds() - t0;
+  ++flight.waited;
+  const Collective& c = collectives_[index];
+  if (!c.error.empty()) {
+    if (flight.pending()) fail_in_flight();
+    throw Error(where(c.node) + c.error);
+  }
+  if (check_finite_ && c.region >= 0) {
+    try {
+      check_finite(c);
+    } catch (const std::exception& e) {
+      if (flight.pending()) fail_in_flight();
+      throw Error(where(c.node) + e.what());
     }
   }
 }

@@ -185,6 +185,16 @@ class Executor {
   };
 
   void run_here(void* const* inputs, int n_inputs);
+  // Collectives of one run: started (queued) and waited for; a failure with some started and not
+  // waited for leaves them in flight (fail_in_flight).
+  struct InFlight {
+    int started = 0, waited = 0;
+    bool pending() const { return started > waited; }
+  };
+  // Packs collective ``index``'s bucket and queues it; returns when the pack ended (0 untraced).
+  double start_collective(int index, bool tracing);
+  // Waits for collective ``index`` and raises its error (or a non-finite value's, with check_finite).
+  void finish_collective(int index, InFlight& flight);
   void* resolve(int buffer) const;
   void bind();
   void comm_loop();
