@@ -593,7 +593,7 @@ def plot(report: dict, stem: str) -> list[str]:
     return written
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=None, help="comma-separated, from: " + ", ".join(MODELS + list(VARIANTS)) +
                         " (default: " + ",".join(MODELS) + "; with --precision fp32,bf16: " + ",".join(PRECISION_MODELS) +
@@ -640,8 +640,12 @@ def main(argv=None) -> int:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--result-dir", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.worker:
         result = worker(args)
         with open(os.path.join(args.result_dir, f"rank{result['rank']}.json"), "w") as f:
@@ -649,16 +653,51 @@ def main(argv=None) -> int:
         return 0
 
     if args.replot:
-        report = json.load(open(args.out))
-        stem = os.path.splitext(args.out)[0]
-        if "scaling" in report:
-            return write_scaling(report, args.out)
-        if "precision" in report:
-            return write_precision(report, args.out)
-        write_markdown(report, stem + ".md")
-        print_table(report)
-        print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
-        return 0
+        return replot(args.out)
+    models, systems, ranks, accumulate, precision_mode = resolve_selection(parser, args)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if args.scaling or precision_mode:
+        if args.rounds < 1:
+            parser.error("--rounds: at least 1")
+        # One timed repeat per job: the rounds are the repeats.
+        args.repeats = 1
+    if args.scaling:
+        limits = measure_limits()
+        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
+                  "steps": args.steps, "optimizer": args.optimizer, "limits": limits,
+                  "scaling": run_scaling(models, systems, ranks, args, run_once, unsupported)}
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+        return write_scaling(report, args.out)
+
+    if precision_mode:
+        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
+                  "steps": args.steps, "optimizer": args.optimizer,
+                  "precision": run_precision(models, systems, ranks, args, run_once, unsupported)}
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+        return write_precision(report, args.out)
+
+    return run_throughput(models, systems, ranks, accumulate, args)
+
+
+def replot(out: str) -> int:
+    """Rewrites the table and plots of a report already measured."""
+    report = json.load(open(out))
+    stem = os.path.splitext(out)[0]
+    if "scaling" in report:
+        return write_scaling(report, out)
+    if "precision" in report:
+        return write_precision(report, out)
+    write_markdown(report, stem + ".md")
+    print_table(report)
+    print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
+    return 0
+
+
+def resolve_selection(parser, args):
+    """The models, systems, rank counts and accumulation steps to measure, from the options and
+    the mode's defaults; usage errors through ``parser``."""
     if args.smoke:
         args.steps, args.warmup, args.repeats, args.batch = 2, 1, 1, 8
     precisions = [p for p in args.precision.split(",") if p]
@@ -688,30 +727,11 @@ def main(argv=None) -> int:
     for s in systems:
         if s not in SYSTEMS:
             parser.error(f"unknown system '{s}'; valid: {', '.join(SYSTEMS)}")
+    return models, systems, ranks, accumulate, precision_mode
 
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    if args.scaling or precision_mode:
-        if args.rounds < 1:
-            parser.error("--rounds: at least 1")
-        # One timed repeat per job: the rounds are the repeats.
-        args.repeats = 1
-    if args.scaling:
-        limits = measure_limits()
-        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
-                  "steps": args.steps, "optimizer": args.optimizer, "limits": limits,
-                  "scaling": run_scaling(models, systems, ranks, args, run_once, unsupported)}
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-        return write_scaling(report, args.out)
 
-    if precision_mode:
-        report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
-                  "steps": args.steps, "optimizer": args.optimizer,
-                  "precision": run_precision(models, systems, ranks, args, run_once, unsupported)}
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-        return write_precision(report, args.out)
-
+def run_throughput(models, systems, ranks, accumulate, args) -> int:
+    """The default mode: every configuration once (with its repeats), then the report."""
     limits = measure_limits()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "batch": args.batch,
               "steps": args.steps, "repeats": args.repeats, "optimizer": args.optimizer, "compress": args.compress,
@@ -755,6 +775,8 @@ def main(argv=None) -> int:
     print_table(report)
     print(f"\nwritten: {', '.join(written)}")
     return 0
+
+
 
 
 def write_scaling(report: dict, out: str) -> int:
