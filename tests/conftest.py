@@ -7,6 +7,24 @@ sys.path.insert(0, os.path.dirname(__file__))
 import pytest  # noqa: E402
 
 import harness  # noqa: E402
+import ranks  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+DEPLOY = os.path.join(TESTS, "deploy")
+
+
+def pytest_collection_modifyitems(config, items):
+    """tests/deploy is the deploy lane as a whole; the other markers are on the tests themselves."""
+    for item in items:
+        if str(item.path).startswith(DEPLOY + os.sep):
+            item.add_marker(pytest.mark.deploy)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture of the test (module-scoped jobs included): only a test marked
+    ``distributed`` may start ranks, so that the fast lane (-m "not distributed") starts none."""
+    ranks.ALLOWED_BY = item.nodeid if item.get_closest_marker("distributed") else None
 
 
 def pytest_generate_tests(metafunc):

@@ -6,16 +6,18 @@ import os
 import numpy as np
 import pytest
 
-from mpi_util import mpirun
+from ranks import run_ranks
 from test_dp_equivalence import run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_compressed_allreduce_is_the_scheme_bit_for_bit_on_every_rank(nranks):
-    proc = mpirun(nranks, os.path.join(HERE, "compress_worker.py"), timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(os.path.join(HERE, "compress_worker.py"), nranks, timeout=120)
     assert proc.stdout.count("bitwise equal to the model on every rank") == nranks
 
 
@@ -31,9 +33,8 @@ def test_training_with_compression_is_identical_across_ranks_and_close_to_float3
     ref = run_reference(tmp_path, nranks, "pir", optimizers="momentum")
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(nranks, os.path.join(HERE, "dp_worker.py"), "--out", out, "--optimizers", "momentum",
-                  "--compress", compress, "--backend", backend)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_ranks(os.path.join(HERE, "dp_worker.py"), nranks, "--out", out, "--optimizers", "momentum",
+              "--compress", compress, "--backend", backend)
     ranks = [np.load(out / f"momentum_rank{r}.npz") for r in range(nranks)]
     expected = np.load(ref / "momentum_rank0.npz")
     names = [k for k in expected.files if k != "losses"]

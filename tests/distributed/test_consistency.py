@@ -2,14 +2,19 @@
 import os
 import time
 
-from mpi_util import mpirun
+import pytest
+
+from ranks import run_ranks
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_mismatched_programs_fail_on_every_rank_within_30s():
     start = time.monotonic()
-    proc = mpirun(3, os.path.join(HERE, "mismatch_worker.py"), timeout=120)
+    proc = run_ranks(os.path.join(HERE, "mismatch_worker.py"), 3, timeout=120, check=False)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert elapsed < 30 + 15  # 30 s for the check itself; process start-up of 3 Paddle ranks on 2 cores on top
@@ -23,7 +28,7 @@ def test_mismatched_programs_fail_on_every_rank_within_30s():
 
 def test_ranks_accumulating_over_different_numbers_of_micro_steps_fail_on_every_rank():
     """Rank 1 would update (and AllReduce) on every call, the others on every second: caught at start-up."""
-    proc = mpirun(3, os.path.join(HERE, "mismatch_worker.py"), "accumulate", timeout=120)
+    proc = run_ranks(os.path.join(HERE, "mismatch_worker.py"), 3, "accumulate", timeout=120, check=False)
     assert proc.returncode != 0
     for rank in range(3):
         line = next((l for l in proc.stdout.splitlines() if l.startswith(f"[rank {rank}] ERROR")), None)

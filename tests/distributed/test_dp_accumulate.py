@@ -4,8 +4,11 @@ reduce-scatter runs on the averaged accumulated gradients)."""
 import numpy as np
 import pytest
 
-from mpi_util import mpirun
+from ranks import run_ranks
 from test_dp_equivalence import WORKER, check, run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 K, B, STEPS = 2, 16, 6
 OPTIMIZERS = ["sgd", "adam"]
@@ -16,10 +19,9 @@ def test_two_ranks_accumulating_equal_one_process_on_the_concatenated_batch(tmp_
     ref = run_reference(tmp_path, 2, "pir", steps=STEPS, optimizers=",".join(OPTIMIZERS), batch=K * B)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
-                  "--optimizers", ",".join(OPTIMIZERS), "--bucket-mb", 0.5, "--zero-stage", zero_stage,
-                  "--backend", backend)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
+              "--optimizers", ",".join(OPTIMIZERS), "--bucket-mb", 0.5, "--zero-stage", zero_stage,
+              "--backend", backend)
     for optimizer in OPTIMIZERS:
         check(ref, out, 2, optimizer)
         assert len(np.load(out / f"{optimizer}_rank0.npz")["losses"]) == STEPS
@@ -31,9 +33,8 @@ def test_accumulating_with_compressed_gradients_is_identical_across_ranks_and_cl
     ref = run_reference(tmp_path, 2, "pir", steps=STEPS, optimizers="momentum", batch=K * B)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
-                  "--optimizers", "momentum", "--compress", "bf16", "--backend", "CPU")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
+              "--optimizers", "momentum", "--compress", "bf16", "--backend", "CPU")
     ranks = [np.load(out / f"momentum_rank{r}.npz") for r in range(2)]
     expected = np.load(ref / "momentum_rank0.npz")
     names = [k for k in expected.files if k not in ("losses", "hierarchical", "native", "shm_collectives")]

@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 
 from harness import ir_guard
-from mpi_util import mpirun
+from ranks import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "transpiler"))
 import clip_models  # noqa: E402
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 WORKER = os.path.join(HERE, "clip_worker.py")
 
@@ -21,8 +24,7 @@ WORKER = os.path.join(HERE, "clip_worker.py")
 @pytest.mark.parametrize("clip, decay, backend", [("global", "l2", "CPU"), ("value", "l1", "CPU"),
                                                   ("norm", "l2", "INTERPRETER")])
 def test_clipped_training_on_two_ranks_equals_one_process(tmp_path, clip, decay, backend):
-    proc = mpirun(2, WORKER, clip, decay, backend, tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_ranks(WORKER, 2, clip, decay, backend, tmp_path)
     with ir_guard(clip_models.IR_OF[clip]):
         _, reference = clip_models.train(clip, decay)
     ranks = [np.load(tmp_path / f"rank{r}.npz")["losses"] for r in range(2)]

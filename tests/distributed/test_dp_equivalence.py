@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.quiet import quiet_env
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dp_worker.py")
@@ -61,8 +63,7 @@ def test_ranks_equal_one_process_on_concatenated_batch(tmp_path, nranks, ir, dty
     ref = run_reference(tmp_path, nranks, ir, dtype=dtype)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(nranks, WORKER, "--ir", ir, "--out", out, "--bucket-mb", 1, "--dtype", dtype)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, nranks, "--ir", ir, "--out", out, "--bucket-mb", 1, "--dtype", dtype)
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer, dtype)
 
@@ -73,8 +74,7 @@ def test_ccl_under_paddle_launch_equals_one_process(tmp_path, nranks):
     ref = run_reference(tmp_path, nranks, "pir")
     out = tmp_path / "run"
     out.mkdir()
-    code, logs = launch(nranks, WORKER, "--ir", "pir", "--out", out, "--bucket-mb", 1)
-    assert code == 0, logs[-4000:]
+    run_ranks(WORKER, nranks, "--ir", "pir", "--out", out, "--bucket-mb", 1, launcher="launch")
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)
 
@@ -91,9 +91,8 @@ def test_cnn_two_ranks_equal_one_process(tmp_path, dtype, optimizers):
     ref = run_reference(tmp_path, 2, "pir", model="lenet", steps=10, dtype=dtype, optimizers=optimizers)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--ir", "pir", "--model", "lenet", "--steps", 10, "--dtype", dtype,
-                  "--optimizers", optimizers, "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--ir", "pir", "--model", "lenet", "--steps", 10, "--dtype", dtype,
+              "--optimizers", optimizers, "--out", out)
     for optimizer in optimizers.split(","):
         check(ref, out, 2, optimizer, dtype)
 
@@ -107,9 +106,8 @@ def test_lars_two_ranks_equal_one_process_also_under_zero_1(tmp_path):
     for stage in (0, 1):
         outs[stage] = tmp_path / f"zero{stage}"
         outs[stage].mkdir()
-        proc = mpirun(2, WORKER, "--ir", "pir", "--optimizers", "lars", "--steps", 12, "--zero-stage", stage,
-                      "--out", outs[stage])
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        run_ranks(WORKER, 2, "--ir", "pir", "--optimizers", "lars", "--steps", 12, "--zero-stage", stage,
+                  "--out", outs[stage])
         check(ref, outs[stage], 2, "lars")
     plain, zero = np.load(outs[0] / "lars_rank0.npz"), np.load(outs[1] / "lars_rank0.npz")
     for name in plain.files:

@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close, ir_guard
-from mpi_util import mpirun
+from ranks import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "transpiler"))
 import fallback_models as fm  # noqa: E402
 from fallback_worker import BATCH, STEPS  # noqa: E402
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 WORKER = os.path.join(HERE, "fallback_worker.py")
 
@@ -26,8 +29,7 @@ WORKER = os.path.join(HERE, "fallback_worker.py")
 ])
 def test_ranks_equal_one_process(tmp_path, ir, middle, optimizer, backend, nranks):
     fm.custom_op_module()  # built once here, so that the ranks only load it
-    proc = mpirun(nranks, WORKER, ir, middle, optimizer, backend, tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_ranks(WORKER, nranks, ir, middle, optimizer, backend, tmp_path)
     xs, ys = fm.data(STEPS, BATCH)
     with ir_guard(ir):
         _, ref_losses, ref_params = fm.train(middle, optimizer, xs, ys)

@@ -12,11 +12,13 @@ import os
 import numpy as np
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from test_dp_equivalence import run_reference
 
 from paddle_ngraph.distributed.ccl import available as ccl_available
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dp_worker.py")
@@ -36,11 +38,9 @@ def train(tmp_path, label, backend="INTERPRETER", ir="pir", launcher="mpirun", *
     args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
     args = ["--out", out, "--optimizers", "momentum", "--backend", backend, "--ir", ir, *args]
     if launcher == "mpirun":
-        proc = mpirun(NRANKS, WORKER, *args)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        proc = run_ranks(WORKER, NRANKS, *args)
     else:  # paddle.distributed.launch: the ccl transport
-        code, logs = launch(NRANKS, WORKER, *args)
-        assert code == 0, logs[-4000:]
+        run_ranks(WORKER, NRANKS, *args, launcher="launch")
         proc = None
     ranks = [np.load(out / f"momentum_rank{r}.npz") for r in range(NRANKS)]
     names = [k for k in ranks[0].files if k not in ("losses", "hierarchical", "native", "shm_collectives")]

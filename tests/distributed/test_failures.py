@@ -5,10 +5,12 @@ import time
 
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.quiet import quiet_env
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "bad_feed_worker.py")
@@ -25,7 +27,7 @@ def assert_all_stopped_naming_rank_1(output: str, nranks: int):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_bad_feed_on_one_rank_stops_every_rank_under_mpirun(nranks):
     start = time.monotonic()
-    proc = mpirun(nranks, WORKER, timeout=90)
+    proc = run_ranks(WORKER, nranks, timeout=90, check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     assert_all_stopped_naming_rank_1(proc.stdout, nranks)
@@ -34,7 +36,8 @@ def test_bad_feed_on_one_rank_stops_every_rank_under_mpirun(nranks):
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_bad_feed_on_one_rank_stops_every_rank_under_paddle_launch():
     start = time.monotonic()
-    code, logs = launch(2, WORKER, timeout=90)
+    run = run_ranks(WORKER, 2, timeout=90, launcher="launch", check=False)
+    code, logs = run.returncode, run.output
     assert time.monotonic() - start < 60
     assert code != 0
     assert_all_stopped_naming_rank_1(logs, 2)
@@ -68,7 +71,7 @@ def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
     steps = "987651" if launcher == "mpirun" else "987652"  # a marker to find this job's ranks
     args = [script, "--steps", steps, "--log-every", "1", "--batch-size", "16"]
     if launcher == "mpirun":
-        from mpi_util import MPIRUN
+        from ranks import MPIRUN
 
         cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, *args]
     else:
@@ -106,7 +109,7 @@ def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
     """check_finite: rank 1's NaN reaches every rank's reduced gradients; each rank stops at that
     step with the gradient's name (the job ends through the abort path, non-zero, no hang)."""
     start = time.monotonic()
-    proc = mpirun(2, os.path.join(HERE, "nan_worker.py"), timeout=90)
+    proc = run_ranks(os.path.join(HERE, "nan_worker.py"), 2, timeout=90, check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     assert "finished without noticing" not in proc.stdout
@@ -137,7 +140,7 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
     """Rank 1 is SIGSTOPped (alive to the launcher, absent from the collectives): the others stop
     after timeout_s with the report, and the job ends without orphans."""
     start = time.monotonic()
-    proc = mpirun(nranks, STALL_WORKER, "freeze", backend, STALL_TIMEOUT_S, timeout=120)
+    proc = run_ranks(STALL_WORKER, nranks, "freeze", backend, STALL_TIMEOUT_S, timeout=120, check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [r for r in range(nranks) if r != 1], "silent for")
@@ -145,7 +148,7 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
 
 
 def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
-    proc = mpirun(2, STALL_WORKER, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120)
+    proc = run_ranks(STALL_WORKER, 2, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120, check=False)
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [0], r"alive; between steps, last in step 2")
     assert not _worker_pids(STALL_WORKER)
@@ -154,7 +157,8 @@ def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_a_frozen_rank_stops_every_rank_naming_it_under_paddle_launch():
     start = time.monotonic()
-    code, logs = launch(2, STALL_WORKER, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120)
+    run = run_ranks(STALL_WORKER, 2, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120, launcher="launch", check=False)
+    code, logs = run.returncode, run.output
     assert time.monotonic() - start < 60
     assert code != 0
     _assert_stall_report(logs, [0], "silent for")

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close
-from mpi_util import mpirun
+from ranks import run_ranks
 from test_dp_equivalence import LR, WORKER, check, run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 OPTIMIZERS = "sgd,adam"
 STEPS = 10
@@ -23,9 +26,8 @@ def reference(tmp_path_factory):
 
 def train(out, backend, *options):
     out.mkdir()
-    proc = mpirun(4, WORKER, "--ir", "pir", "--out", out, "--bucket-mb", 0.25, "--steps", STEPS,
-                  "--optimizers", OPTIMIZERS, "--backend", backend, *options)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 4, "--ir", "pir", "--out", out, "--bucket-mb", 0.25, "--steps", STEPS,
+              "--optimizers", OPTIMIZERS, "--backend", backend, *options)
     return out
 
 

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "sync_bn_worker.py")
@@ -63,8 +65,7 @@ def test_two_ranks_equal_one_process_on_concatenated_batch(tmp_path, model, ir, 
     ref = reference(tmp_path, 2, ir, model)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--model", model, "--ir", ir, "--mode", mode, "--backend", backend, "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--model", model, "--ir", ir, "--mode", mode, "--backend", backend, "--out", out)
     check(ref, out, 2)
 
 
@@ -73,8 +74,7 @@ def test_with_zero_1(tmp_path):
     ref = reference(tmp_path, 2, "pir", "conv_bn")
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--model", "conv_bn", "--mode", "option", "--zero-stage", 1, "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--model", "conv_bn", "--mode", "option", "--zero-stage", 1, "--out", out)
     check(ref, out, 2)
 
 
@@ -84,8 +84,7 @@ def test_without_it_each_rank_keeps_its_own_statistics(tmp_path):
     ref = reference(tmp_path, 2, "pir", "mlp_bn")
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(2, WORKER, "--model", "mlp_bn", "--mode", "none", "--optimizers", "sgd", "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--model", "mlp_bn", "--mode", "none", "--optimizers", "sgd", "--out", out)
     ref = np.load(ref / "sgd_rank0.npz")
     ranks = [np.load(out / f"sgd_rank{r}.npz") for r in range(2)]
     mean = "batch_norm1d_0.w_1"
@@ -98,6 +97,5 @@ def test_ccl_under_paddle_launch_equals_one_process(tmp_path):
     ref = reference(tmp_path, 2, "pir", "conv_bn")
     out = tmp_path / "run"
     out.mkdir()
-    code, logs = launch(2, WORKER, "--model", "conv_bn", "--ir", "pir", "--mode", "option", "--out", out)
-    assert code == 0, logs[-4000:]
+    run_ranks(WORKER, 2, "--model", "conv_bn", "--ir", "pir", "--mode", "option", "--out", out, launcher="launch")
     check(ref, out, 2)

@@ -8,10 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from test_dp_equivalence import OPTIMIZERS, WORKER, check, run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZERO_WORKER = os.path.join(HERE, "zero_worker.py")
@@ -22,9 +24,8 @@ def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, nranks, backen
     ref = run_reference(tmp_path, nranks, "pir", steps=10)
     out = tmp_path / "run"
     out.mkdir()
-    proc = mpirun(nranks, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1,
-                  "--backend", backend)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, nranks, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1,
+              "--backend", backend)
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)
 
@@ -36,9 +37,8 @@ def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(tmp_path):
     for name, stage, shm in (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off")):
         out = tmp_path / name
         out.mkdir()
-        proc = mpirun(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage,
-                      "--shm-allreduce", shm)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        run_ranks(WORKER, 2, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage,
+                  "--shm-allreduce", shm)
         runs[name] = out
     for optimizer in OPTIMIZERS:
         plain, sharded, over_mpi = (np.load(runs[name] / f"{optimizer}_rank0.npz")
@@ -64,8 +64,7 @@ def test_zero1_memory_checkpoint_and_resume(tmp_path, nranks):
     for stage in (0, 1):
         out[stage] = tmp_path / f"zero{stage}"
         out[stage].mkdir()
-        proc = mpirun(nranks, ZERO_WORKER, "--out", out[stage], "--zero-stage", stage)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        run_ranks(ZERO_WORKER, nranks, "--out", out[stage], "--zero-stage", stage)
     import json
 
     for rank in range(nranks):
@@ -89,7 +88,6 @@ def test_zero1_under_paddle_launch_equals_one_process(tmp_path):
     ref = run_reference(tmp_path, 2, "pir", steps=10)
     out = tmp_path / "run"
     out.mkdir()
-    code, logs = launch(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1)
-    assert code == 0, logs[-4000:]
+    run_ranks(WORKER, 2, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1, launcher="launch")
     for optimizer in OPTIMIZERS:
         check(ref, out, 2, optimizer)

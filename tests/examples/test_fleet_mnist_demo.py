@@ -19,6 +19,9 @@ import pytest
 
 from paddle_ngraph.distributed.ccl import available as ccl_available
 
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "examples", "fleet_mnist_demo.py")
 EPOCHS, COMPARE_STEPS, MIN_ACCURACY = 4, 20, 85.0  # the full run (15 epochs) reaches 93-95%

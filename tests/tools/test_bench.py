@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.distributed
 def test_bench_smoke_runs_ours_and_paddle_and_reports_what_cannot_run(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -61,6 +64,7 @@ def test_bench_accumulate_tool_reports_every_k():
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00" and all(float(r[2]) > 0 for r in rows)
 
 
+@pytest.mark.distributed
 def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -86,6 +90,7 @@ def test_bench_recompute_both_reports_the_smaller_arena(tmp_path):
     assert "| transformer_layer | ngraph-cpu rc | 1 |" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.distributed
 def test_bench_scaling_pairs_each_n_rank_run_with_its_one_rank_reference_in_every_round(tmp_path):
     out = tmp_path / "scaling.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--scaling", "--smoke",
