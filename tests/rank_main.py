@@ -1,10 +1,11 @@
 """One rank of a job started by ranks.run_ranks: ``rank_main.py RUN_DIR TARGET ARGS...``.
 
 TARGET is a script (run as ``__main__``, ``sys.argv = [script, *ARGS]``, its directory first on
-sys.path as when Python runs it) or ``FILE::FUNCTION`` (called with ARGS; its return value is
-pickled to RUN_DIR/rank<r>.result.pkl). The rank's stdout and stderr go to RUN_DIR/rank<r>.stdout
-and .stderr (line-buffered, so that a rank killed mid-run still shows what it printed), and how it
-ended to RUN_DIR/rank<r>.end.json. A rank that never writes that file was killed or aborted.
+sys.path as when Python runs it) or ``FILE::FUNCTION`` (called with the arguments pickled in
+RUN_DIR/args.pkl; its return value is pickled to RUN_DIR/rank<r>.result.pkl). The rank's stdout
+and stderr go to RUN_DIR/rank<r>.stdout and .stderr (line-buffered, so that a rank killed mid-run
+still shows what it printed), and how it ended to RUN_DIR/rank<r>.end.json. A rank that never
+writes that file was killed or aborted.
 """
 import importlib.util
 import json
@@ -33,7 +34,7 @@ def redirect_output(run_dir: str, rank: int) -> None:
         stream.reconfigure(line_buffering=True)
 
 
-def call_function(spec: str, args: list[str]):
+def call_function(spec: str, run_dir: str):
     path, name = spec.split("::")
     sys.path[:0] = [os.path.dirname(path), TESTS]
     module_name = os.path.splitext(os.path.basename(path))[0]
@@ -44,6 +45,8 @@ def call_function(spec: str, args: list[str]):
     function = module
     for part in name.split("."):
         function = getattr(function, part)
+    with open(os.path.join(run_dir, "args.pkl"), "rb") as f:
+        args = pickle.load(f)
     return function(*args)
 
 
@@ -61,7 +64,7 @@ def main() -> int:
     result = None
     try:
         if "::" in target:
-            result = call_function(target, args)
+            result = call_function(target, run_dir)
         else:
             run_script(target, args)
     except SystemExit as e:

@@ -2,8 +2,8 @@
 paddle.distributed.launch, and brings back what each rank printed and returned.
 
 ``run_ranks(target, nranks, *args)``: ``target`` is a worker script (run as ``__main__`` with
-``args`` as its argv) or a module-level function (called with ``args`` on every rank; its return
-value comes back pickled, in ``RankRun.results[rank]``). Each rank runs through ``rank_main.py``,
+``args`` as its argv) or a module-level function (called with ``args``, pickled, on every rank; its
+return value comes back pickled, in ``RankRun.results[rank]``). Each rank runs through ``rank_main.py``,
 which keeps the rank's stdout and stderr in files of its own and records how it ended (exit code,
 traceback), so that a failure names the rank that failed and shows every rank's output, instead of
 the launcher's "one or more processes exited with non-zero status".
@@ -141,7 +141,12 @@ def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | 
         raise RanksFailed("this test starts ranks: mark it @pytest.mark.distributed (the fast lane must start none)")
     env = {k: str(v) for k, v in (env or {}).items()}
     run_dir = tempfile.mkdtemp(prefix="pdng_ranks_")
-    argv = [RANK_MAIN, run_dir, _target_spec(target), *map(str, args)]
+    if callable(target):
+        with open(os.path.join(run_dir, "args.pkl"), "wb") as f:
+            pickle.dump(args, f)
+        argv = [RANK_MAIN, run_dir, _target_spec(target)]
+    else:
+        argv = [RANK_MAIN, run_dir, _target_spec(target), *map(str, args)]
     cmd = _command(launcher, nranks, argv, env, run_dir)
     full_env = quiet_env(OMPI_MCA_rmaps_base_oversubscribe="1", **env)
     # A session of its own: on a timeout the launcher and every rank are killed together.

@@ -8,43 +8,51 @@ import os
 import numpy as np
 import pytest
 
-from ranks import run_ranks
+from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, run_reference
 from paddle_ngraph.distributed.ccl import available as ccl_available
-from test_dp_equivalence import OPTIMIZERS, WORKER, check, run_reference
+from ranks import run_ranks
 
 # Every test here starts ranks (tests/ranks.py).
 pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZERO_WORKER = os.path.join(HERE, "zero_worker.py")
+EQUIVALENCE = [(2, "CPU"), (3, "CPU"), (2, "INTERPRETER")]
+BITWISE = (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off"))
+ZERO1 = ("--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1)
+# The runs of dp_worker.py (zero_worker.py's share a global scope: one job each); those with the
+# same ranks and launcher train in one job.
+RUNS = {
+    **{f"equivalence-{n}-{backend}": Run(n, (*ZERO1, "--backend", backend)) for n, backend in EQUIVALENCE},
+    **{f"bitwise-{name}": Run(2, ("--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage, "--shm-allreduce", shm))
+       for name, stage, shm in BITWISE},
+    "launch": Run(2, ZERO1, launcher="launch"),
+}
+for _n in (2, 3):
+    declare_reference(_n, "pir", steps=10)
 
 
-@pytest.mark.parametrize("nranks,backend", [(2, "CPU"), (3, "CPU"), (2, "INTERPRETER")])
-def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, nranks, backend):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("zero"), RUNS)
+
+
+@pytest.mark.parametrize("nranks,backend", EQUIVALENCE)
+def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, runs, nranks, backend):
     ref = run_reference(tmp_path, nranks, "pir", steps=10)
-    out = tmp_path / "run"
-    out.mkdir()
-    run_ranks(WORKER, nranks, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1,
-              "--backend", backend)
+    out = runs[f"equivalence-{nranks}-{backend}"]
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)
 
 
-def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(tmp_path):
+def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(runs):
     """With 2 ranks a reduce-scatter adds the same two numbers as an allreduce: same bits, whether
     ZeRO-1's reduce-scatter and all-gather go over shared memory (the default) or over MPI's own."""
-    runs = {}
-    for name, stage, shm in (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off")):
-        out = tmp_path / name
-        out.mkdir()
-        run_ranks(WORKER, 2, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage,
-                  "--shm-allreduce", shm)
-        runs[name] = out
     for optimizer in OPTIMIZERS:
-        plain, sharded, over_mpi = (np.load(runs[name] / f"{optimizer}_rank0.npz")
+        plain, sharded, over_mpi = (np.load(runs[f"bitwise-{name}"] / f"{optimizer}_rank0.npz")
                                     for name in ("plain", "zero1", "zero1_mpi"))
         # Which path each run took ("native" is the communicator's description; shm_collectives counts
-        # this process's AllReduce, ReduceScatter and AllGather over shared memory).
+        # the run's AllReduce, ReduceScatter and AllGather over shared memory).
         assert str(plain["native"]) == "shared memory among the 2 ranks of the node"
         assert plain["shm_collectives"][0] > 0
         assert min(sharded["shm_collectives"][1:]) > 0, sharded["shm_collectives"]
@@ -84,10 +92,8 @@ def test_zero1_memory_checkpoint_and_resume(tmp_path, nranks):
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-def test_zero1_under_paddle_launch_equals_one_process(tmp_path):
+def test_zero1_under_paddle_launch_equals_one_process(tmp_path, runs):
     ref = run_reference(tmp_path, 2, "pir", steps=10)
-    out = tmp_path / "run"
-    out.mkdir()
-    run_ranks(WORKER, 2, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1, launcher="launch")
+    out = runs["launch"]
     for optimizer in OPTIMIZERS:
         check(ref, out, 2, optimizer)
