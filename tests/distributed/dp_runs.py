@@ -74,8 +74,13 @@ class Runs:
                 (self.root / name).mkdir()
                 argv += [*(["--then"] if argv else []), "--out", self.root / name, *self.runs[name].args]
             nranks, launcher = job[:2]
-            done = run_ranks(self.worker, nranks, *argv, launcher=launcher, timeout=240 + 120 * len(labels))
+            try:
+                done = run_ranks(self.worker, nranks, *argv, launcher=launcher, timeout=240 + 120 * len(labels))
+            except Exception as failure:  # each run of the failed job reports its message
+                done = failure
             self.jobs.update((name, done) for name in labels)
+        if isinstance(self.jobs[label], Exception):
+            raise self.jobs[label]
         return self.root / label
 
 

@@ -4,8 +4,7 @@ A small MLP (8 -> 16 relu -> 4, mean squared error) trained on this rank's half 
 batch, with ``transpile(localsgd_k_steps=...)`` or, with ``--fleet``, through fleet with
 ``strategy.localsgd`` / ``strategy.adaptive_localsgd``. Writes <out>/rank<r>.npz: the data (every
 rank's batches), rank 0's initial parameters, this rank's parameters after every step, its
-losses, and per step whether the engine averaged and its k afterwards. Several runs in one job:
-argument lists joined by ``--then`` (run_sequence.py).
+losses, and per step whether the engine averaged and its k afterwards.
 """
 import argparse
 import os
@@ -19,7 +18,6 @@ import paddle  # noqa: E402
 import paddle_ngraph  # noqa: E402
 from paddle_ngraph.distributed import detect_launcher  # noqa: E402
 from paddle_ngraph.transpiler import engines  # noqa: E402
-from run_sequence import split_runs  # noqa: E402
 
 PARAMS = ["fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"]
 BATCH, IN, HIDDEN, OUT = 8, 8, 16, 4
@@ -61,7 +59,7 @@ def build(args, seed):
     return main, startup, loss, lr
 
 
-def parse(argv):
+def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"])
@@ -74,16 +72,7 @@ def parse(argv):
     p.add_argument("--backend", default="CPU")
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--fleet", action="store_true")
-    return p.parse_args(argv)
-
-
-def main():
-    for args in [parse(run) for run in split_runs(sys.argv[1:])]:
-        train(args)
-    return 0
-
-
-def train(args):
+    args = p.parse_args()
     info = detect_launcher()
     rank, nranks = info.rank, info.size
     paddle.enable_static()
@@ -117,6 +106,7 @@ def train(args):
              synced=np.array(synced), ks=np.array(ks), nranks=nranks,
              **{f"initial/{n}": v for n, v in initial.items()},
              **{f"steps/{n}": np.stack(v) for n, v in per_step.items()})
+    return 0
 
 
 if __name__ == "__main__":

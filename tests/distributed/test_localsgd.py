@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_runs import Run, Runs
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
 
 # Every test here starts ranks (tests/ranks.py).
@@ -24,22 +24,6 @@ WORKER = os.path.join(HERE, "localsgd_worker.py")
 PARAMS = ["fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"]
 BATCH = 8
 f32 = np.float32
-BY_HAND = [("sgd", "pir", "CPU"), ("momentum", "legacy", "CPU"), ("momentum", "pir", "INTERPRETER")]
-# Every run of this module: transpile's in one mpirun job, fleet's (fleet.init) in one of its own.
-RUNS = {
-    **{f"{optimizer}-{ir}-{backend}": Run(2, ("--optimizer", optimizer, "--ir", ir, "--backend", backend,
-                                              "--steps", 14, "--k", 3, "--begin", 2))
-       for optimizer, ir, backend in BY_HAND},
-    "adaptive": Run(2, ("--optimizer", "momentum", "--adaptive", "--steps", 20, "--k", 2, "--begin", 1,
-                        "--lr-step", 3)),
-    "fleet": Run(2, ("--optimizer", "momentum", "--fleet", "--steps", 10, "--k", 4, "--begin", 1), group="fleet"),
-    "launch": Run(2, ("--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0), launcher="launch"),
-}
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return Runs(tmp_path_factory.mktemp("localsgd"), RUNS, worker=WORKER)
 
 
 def grads(p, x, y):
@@ -121,23 +105,31 @@ def check(out, optimizer, k, begin, adaptive=False, lr_step=0, nranks=2):
     return ref
 
 
-@pytest.mark.parametrize("optimizer,ir,backend", BY_HAND)
-def test_two_ranks_equal_paddles_local_sgd_by_hand(runs, optimizer, ir, backend):
-    ref = check(runs[f"{optimizer}-{ir}-{backend}"], optimizer, 3, 2)
+@pytest.mark.parametrize("optimizer,ir,backend", [("sgd", "pir", "CPU"), ("momentum", "legacy", "CPU"),
+                                                  ("momentum", "pir", "INTERPRETER")])
+def test_two_ranks_equal_paddles_local_sgd_by_hand(tmp_path, optimizer, ir, backend):
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", optimizer, "--ir", ir, "--backend", backend,
+              "--steps", 14, "--k", 3, "--begin", 2)
+    ref = check(tmp_path, optimizer, 3, 2)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [1, 2, 5, 8, 11, 14]
 
 
-def test_adaptive_k_follows_paddles_rule_from_the_global_loss_and_learning_rate(runs):
+def test_adaptive_k_follows_paddles_rule_from_the_global_loss_and_learning_rate(tmp_path):
     """Momentum with a learning rate halved every 3 steps: k grows as lr_0 / lr does."""
-    ref = check(runs["adaptive"], "momentum", 2, 1, adaptive=True, lr_step=3)
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--adaptive", "--steps", 20,
+              "--k", 2, "--begin", 1, "--lr-step", 3)
+    ref = check(tmp_path, "momentum", 2, 1, adaptive=True, lr_step=3)
     assert len(set(ref["ks"])) >= 3, f"k did not change enough to test the rule: {ref['ks']}"
 
 
-def test_fleet_strategy_localsgd_maps_onto_the_engine(runs):
-    check(runs["fleet"], "momentum", 4, 1)
+def test_fleet_strategy_localsgd_maps_onto_the_engine(tmp_path):
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--fleet", "--steps", 10,
+              "--k", 4, "--begin", 1)
+    check(tmp_path, "momentum", 4, 1)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-def test_under_paddle_launch(runs):
-    ref = check(runs["launch"], "sgd", 4, 0)
+def test_under_paddle_launch(tmp_path):
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0, launcher="launch")
+    ref = check(tmp_path, "sgd", 4, 0)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [4, 8, 12]
