@@ -88,7 +88,7 @@ sanitize: build
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:alloc_dealloc_mismatch=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PDNG_EXPECT_LIBRARY=$(SANITIZED)/libpdng_cpu.so \
-	$(PY) -m pytest -q -p no:cacheprovider -k CPU tests/backends tests/passes tests/frontend tests/models
+	$(PY) -m pytest -q -p no:cacheprovider -k CPU tests/backends tests/passes tests/frontend tests/zoo
 
 # The peers of the benchmark (not needed by the tests): torch 2.13 (CPU build) and matplotlib.
 bench-deps: build
