@@ -28,7 +28,8 @@ def test_resume_after_a_kill_equals_uninterrupted_training_bitwise(tmp_path):
     full.mkdir(), resumed.mkdir()
     worker = os.path.join(HERE, "checkpoint_worker.py")
     proc = run_ranks(worker, 2, "--root", root, "--out", full, "--steps", 2 * K, timeout=300)
-    proc = run_ranks(worker, 2, "--root", root, "--out", resumed, "--steps", K, "--save-and-die", timeout=300, check=False)
+    proc = run_ranks(worker, 2, "--root", root, "--out", resumed, "--steps", K, "--save-and-die", timeout=300,
+                     check=False)
     assert proc.returncode != 0  # killed after saving
     assert sorted(os.listdir(root)) == ["latest", f"step-{K:06d}"]  # rank 0 alone wrote, nothing left over
     proc = run_ranks(worker, 2, "--root", root, "--out", resumed, "--steps", K, "--resume", timeout=300)

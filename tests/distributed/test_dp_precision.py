@@ -38,7 +38,8 @@ def run(label, backend="INTERPRETER", ir="pir", launcher="mpirun", group="", **o
 # Every run of this module. The mpirun runs on the INTERPRETER train in one job; the CPU backend's
 # each in a job of its own, whose output the test reads.
 RUNS = dict([
-    *(run(f"{ir}-{precision}", ir=ir, precision=precision) for ir in ("pir", "legacy") for precision in ("bf16", "fp32")),
+    *(run(f"{ir}-{precision}", ir=ir, precision=precision)
+      for ir in ("pir", "legacy") for precision in ("bf16", "fp32")),
     *(run(f"combined-{i}", precision="bf16", **options) for i, options in enumerate(COMBINED)),
     run("ccl-bf16", launcher="launch", precision="bf16"),
     *(run(f"lenet-{precision}", model="lenet", steps=10, precision=precision) for precision in ("bf16", "fp32")),

@@ -175,8 +175,41 @@ def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
     assert all("step 3" in line and "@GRAD" in line and "after AllReduce of bucket" in line for line in lines), lines
 
 
-STALL_WORKER = os.path.join(HERE, "stall_worker.py")
 STALL_TIMEOUT_S = 5
+
+
+def train_with_rank_1_stalling(mode, backend, timeout_s):
+    """On every rank: rank 1 stops taking part before step 3, frozen (``mode="freeze"``: SIGSTOP) or
+    alive but elsewhere (``"sleep"``: sleeping between steps); the others must stop within about
+    ``timeout_s`` with the watchdog's report. The transport follows the launcher."""
+    import signal
+
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.zoo import build_program
+
+    paddle.enable_static()
+    t = make_transport()
+    main, startup, _, loss = build_program("mnist_mlp", "sgd")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    paddle_ngraph.transpile(main, transport=t, backend=backend, timeout_s=float(timeout_s), bucket_mb=0.1)
+    for step in range(6):
+        if step == 3 and t.rank == 1:
+            print(f"[rank 1] {mode} before step 3", flush=True)
+            if mode == "freeze":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(600)
+        exe.run(main, feed={"x": np.ones((8, 784), np.float32), "y": np.zeros((8, 1), np.int64)}, fetch_list=[loss])
+        print(f"[rank {t.rank}] step {step} done", flush=True)
+    print(f"[rank {t.rank}] finished without noticing the stall", flush=True)
+
+
+# What the stalling job's ranks have on their command line (tests/rank_main.py's target).
+STALLING_RANKS = f"{os.path.basename(__file__)}::{train_with_rank_1_stalling.__name__}"
 
 
 def _assert_stall_report(output: str, waiting_ranks: list[int], rank_state: str):
@@ -196,26 +229,28 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
     """Rank 1 is SIGSTOPped (alive to the launcher, absent from the collectives): the others stop
     after timeout_s with the report, and the job ends without orphans."""
     start = time.monotonic()
-    proc = run_ranks(STALL_WORKER, nranks, "freeze", backend, STALL_TIMEOUT_S, timeout=120, check=False)
+    proc = run_ranks(train_with_rank_1_stalling, nranks, "freeze", backend, STALL_TIMEOUT_S, timeout=120,
+                     check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [r for r in range(nranks) if r != 1], "silent for")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)
 
 
 def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
-    proc = run_ranks(STALL_WORKER, 2, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120, check=False)
+    proc = run_ranks(train_with_rank_1_stalling, 2, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120, check=False)
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [0], r"alive; between steps, last in step 2")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_a_frozen_rank_stops_every_rank_naming_it_under_paddle_launch():
     start = time.monotonic()
-    run = run_ranks(STALL_WORKER, 2, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120, launcher="launch", check=False)
+    run = run_ranks(train_with_rank_1_stalling, 2, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120, launcher="launch",
+                    check=False)
     code, logs = run.returncode, run.output
     assert time.monotonic() - start < 60
     assert code != 0
     _assert_stall_report(logs, [0], "silent for")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)

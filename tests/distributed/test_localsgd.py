@@ -130,6 +130,7 @@ def test_fleet_strategy_localsgd_maps_onto_the_engine(tmp_path):
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_under_paddle_launch(tmp_path):
-    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0, launcher="launch")
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0,
+              launcher="launch")
     ref = check(tmp_path, "sgd", 4, 0)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [4, 8, 12]

@@ -131,7 +131,8 @@ def test_a_bad_config_fails_on_every_rank_under_mpirun(tmp_path, configs, env, m
     # Do not let mpirun kill the other rank when the first fails: each must fail by itself.
     env = dict(env, PRTE_MCA_state_base_error_non_zero_exit="0")
     start = time.monotonic()
-    proc = run_ranks(BAD_CONFIG_WORKER, NRANKS, "--configs", configs, "--record", tmp_path, env=env, timeout=120, check=False)
+    proc = run_ranks(BAD_CONFIG_WORKER, NRANKS, "--configs", configs, "--record", tmp_path, env=env, timeout=120,
+                     check=False)
     assert time.monotonic() - start < 60, "a bad configuration must fail fast"
     for rank in range(NRANKS):
         path = tmp_path / f"rank{rank}.json"
