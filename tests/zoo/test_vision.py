@@ -30,6 +30,8 @@ FAMILIES = ["alexnet", "densenet121", "googlenet", "inception_v3", "mobilenet_v1
 LEGACY = ["resnet18", "mobilenet_v3_small", "shufflenet_v2_x0_25", "squeezenet1_1"]
 INTERPRETER = ["mobilenet_v1", "squeezenet1_1"]
 FLOAT32 = {"densenet121"}  # see the module docstring
+# Over 20 s each here: outside the fast lane (make test-fast), in make test.
+SLOW = {"alexnet", "googlenet", "inception_v3", "resnext50_32x4d", "vgg11"}
 
 
 def parameter_names(main):
@@ -87,7 +89,7 @@ def check(name, ir, backend):
     assert_close_tensors(params, ref_params, 1e-4, 1e-12)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in FAMILIES])
 def test_trains_like_paddle_pir_cpu(name):
     check(name, "pir", "CPU")
 
