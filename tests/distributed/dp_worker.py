@@ -83,7 +83,7 @@ def main():
 def train(args, transport):
     rank, nranks = transport.rank, transport.size
     shm_before = shm_collectives()
-    world = args.world or int(os.environ.get("DP_WORLD", nranks))
+    world = args.world or nranks
     paddle.set_default_dtype(args.dtype)
     x, y = digits_as_mnist()
     x = x.astype(args.dtype)
