@@ -64,7 +64,7 @@ def test_resume_after_a_kill_equals_uninterrupted_training_bitwise(tmp_path):
             np.testing.assert_array_equal(b[name], a[name], err_msg=f"rank {rank}: {name}")
 
 
-@pytest.mark.parametrize("delay", [0.5, 1.5, 3.0])
+@pytest.mark.parametrize("delay", [0.5, 1.5, pytest.param(3.0, marks=pytest.mark.slow)])
 def test_a_kill_while_saving_leaves_the_last_complete_checkpoint(tmp_path, delay):
     root = tmp_path / "ckpt"
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "save_loop_worker.py"), str(root)],
