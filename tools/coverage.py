@@ -356,7 +356,7 @@ planned as `paddle_ngraph.transpile` would, in both IRs:
   (its first error line): there is nothing to run.
 
 Op by op, forward and every gradient are tested against Paddle's executor (`tests/frontend/`);
-every vision model trains equal to Paddle in `tests/models/test_vision_zoo.py` and in
+every vision model trains equal to Paddle in `tests/zoo/test_vision.py` and in
 `python tools/coverage.py --train` (the last column when generated with `--train`: largest
 relative loss difference over 3 steps on the CPU backend, in float64 where Paddle's executor runs
 the model in float64). The op table is [OPS.md](OPS.md).

@@ -1,6 +1,6 @@
 """Training programs of every model constructor in ``paddle.vision.models``, at small inputs.
 
-Used by the zoo tests (tests/models/test_vision_zoo.py) and tools/coverage.py. Each
+Used by the zoo tests (tests/zoo/test_vision.py) and tools/coverage.py. Each
 constructor is built in static mode with 10 classes, a softmax cross-entropy loss and
 Momentum; dropout layers are built with p=0 so that Paddle's executor and the engine, whose
 random streams differ, compute the same function (dropout itself is tested op by op).

@@ -11,10 +11,9 @@ from paddle_ngraph.errors import ConfigError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "timeline_worker.py")
-sys.path.insert(0, os.path.join(HERE, "..", "distributed"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 
-from mpi_util import mpirun  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 from timeline_summary import summarize  # noqa: E402
 
 STEPS = 5
@@ -29,9 +28,9 @@ def run_worker(tmp_path, backend: str, nranks: int):
     if nranks == 1:
         proc = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True, text=True,
                               timeout=120, env=dict(os.environ, **env))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     else:
-        proc = mpirun(nranks, WORKER, *args, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        run_ranks(WORKER, nranks, *args, timeout=120, env=env)
     traces = []
     for rank in range(nranks):
         with open(rank_path(str(tmp_path / "trace.json"), rank, nranks)) as f:
@@ -106,6 +105,7 @@ def check_trace(trace, meta, backend):
     return events
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("backend", ["CPU", "INTERPRETER"])
 def test_two_ranks_write_one_trace_each_with_the_buckets_overlap(tmp_path, backend):
     if backend == "CPU":

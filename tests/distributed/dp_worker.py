@@ -1,9 +1,11 @@
-"""One rank of a data-parallel equivalence run (started by the tests under mpirun).
+"""One rank of a data-parallel equivalence run (started by the tests through tests/ranks.py).
 
 Trains the model for each optimizer on this rank's shard of every global batch
 and writes the final parameters and the losses to <out>/<optimizer>_rank<r>.npz.
 Each rank initializes with a different seed: equality with the one-process
 reference also proves that rank 0's start-up broadcast took effect.
+
+Several runs in one job: argument lists joined by ``--then`` (run_sequence.py).
 """
 import argparse
 import os
@@ -18,6 +20,7 @@ import paddle_ngraph  # noqa: E402
 from paddle_ngraph.distributed import make_transport  # noqa: E402
 from paddle_ngraph.transpiler import engines  # noqa: E402
 from paddle_ngraph.zoo import build_program, digits_as_mnist, shard  # noqa: E402
+from run_sequence import split_runs  # noqa: E402
 
 LR = {"sgd": 0.03, "momentum": 0.03, "adam": 0.001, "lars": 0.1, "lamb": 0.001}
 
@@ -29,7 +32,8 @@ def parameter_names(main):
 
 
 def shm_collectives():
-    """[AllReduce, ReduceScatter, AllGather]: how many this process ran over shared memory so far."""
+    """[AllReduce, ReduceScatter, AllGather]: how many this process ran over shared memory so far
+    (each run records the difference over itself)."""
     try:
         from paddle_ngraph._cpu import shared_memory_collectives
     except ImportError:  # the CPU backend is not built: nothing went over shared memory
@@ -38,7 +42,7 @@ def shm_collectives():
     return [counts["AllReduce"], counts["ReduceScatter"], counts["AllGather"]]
 
 
-def main():
+def parse(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mnist_mlp")
     p.add_argument("--optimizers", default="sgd,momentum,adam")
@@ -48,6 +52,7 @@ def main():
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--out", required=True)
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, global batch")
+    p.add_argument("--world", type=int, default=0, help="--reference: the ranks whose batches it concatenates")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--zero-stage", type=int, default=0)
     p.add_argument("--backend", default=None, help="transpile's backend (default: the default backend)")
@@ -59,13 +64,26 @@ def main():
     p.add_argument("--compress", default="none", choices=["none", "bf16", "fp16"])
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--shm-allreduce", default="on", choices=["on", "off"], help="config key shm_allreduce")
-    args = p.parse_args()
-    if args.ranks_per_node:
-        os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // args.ranks_per_node)
+    return p.parse_args(argv)
+
+
+def main():
+    runs = [parse(run) for run in split_runs(sys.argv[1:])]
+    if len({args.reference for args in runs}) != 1 or len({args.ranks_per_node for args in runs}) != 1:
+        raise SystemExit("runs of one job share the transport: the same --reference and --ranks-per-node")
+    if runs[0].ranks_per_node:
+        os.environ["PADDLE_NGRAPH_NODE_ID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"]) // runs[0].ranks_per_node)
     paddle.enable_static()
-    transport = make_transport("null" if args.reference else None)
+    transport = make_transport("null" if runs[0].reference else None)
+    for args in runs:
+        train(args, transport)
+    return 0
+
+
+def train(args, transport):
     rank, nranks = transport.rank, transport.size
-    world = int(os.environ.get("DP_WORLD", nranks))
+    shm_before = shm_collectives()
+    world = args.world or nranks
     paddle.set_default_dtype(args.dtype)
     x, y = digits_as_mnist()
     x = x.astype(args.dtype)
@@ -101,8 +119,7 @@ def main():
                 native = getattr(engines()[-1].executable, "communicator", "") if not args.reference else ""
             np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses),
                      hierarchical=np.array(getattr(transport, "hierarchical", False)), native=np.array(native),
-                     shm_collectives=np.array(shm_collectives()), **params)
-    return 0
+                     shm_collectives=np.array(shm_collectives()) - np.array(shm_before), **params)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ from ``transpile(..., sync_batch_norm=True)`` (``--mode option``), or from Paddl
 sync_batch_norm ops in the program (``--mode ops``: what SyncBatchNorm.convert_sync_batchnorm emits,
 made as tests/harness.py:sync_batch_norm_program does), or not at all (``--mode none``, the control:
 each rank normalizes with its own statistics). Ranks initialize with different seeds: rank 0's
-start-up broadcast makes them equal.
+start-up broadcast makes them equal. Several runs in one job: argument lists joined by ``--then``
+(run_sequence.py).
 """
 import argparse
 import os
@@ -24,6 +25,7 @@ import paddle  # noqa: E402
 import paddle_ngraph  # noqa: E402
 from harness import sync_batch_norm_program  # noqa: E402
 from paddle_ngraph.distributed import make_transport  # noqa: E402
+from run_sequence import split_runs  # noqa: E402
 
 LR = {"sgd": 0.1, "momentum": 0.05}
 FEATURES, CLASSES = 12, 5
@@ -79,7 +81,7 @@ def loss_value(main):
                 if op.name() == "pd_op.mean" and len(op.result(0).shape) == 0)
 
 
-def main():
+def parse(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="conv_bn", choices=["conv_bn", "mlp_bn"])
     p.add_argument("--optimizers", default="sgd,momentum")
@@ -92,9 +94,21 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--reference", action="store_true", help="plain Paddle, one process, the global batch")
     p.add_argument("--world", type=int, default=0, help="--reference: the ranks whose global batch to take")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main():
+    runs = [parse(run) for run in split_runs(sys.argv[1:])]
+    if len({args.reference for args in runs}) != 1:
+        raise SystemExit("runs of one job share the transport: all or none --reference")
     paddle.enable_static()
-    transport = make_transport("null" if args.reference else None)
+    transport = make_transport("null" if runs[0].reference else None)
+    for args in runs:
+        train(args, transport)
+    return 0
+
+
+def train(args, transport):
     rank, nranks = transport.rank, transport.size
     world = args.world or nranks
     xs, ys = data(args.model, args.steps, args.batch * world)
@@ -125,7 +139,6 @@ def main():
                     losses.append(float(np.asarray(out[0])))
                 values = {n: np.array(scope.find_var(n).get_tensor()) for n in persistable_names(main_prog)}
         np.savez(os.path.join(args.out, f"{opt}_rank{rank}.npz"), losses=np.array(losses), **values)
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,16 +6,18 @@ import os
 import numpy as np
 import pytest
 
-from mpi_util import mpirun
-from test_dp_equivalence import run_reference
+from dp_runs import Run, Runs, declare_reference, run_reference
+from ranks import run_ranks
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_compressed_allreduce_is_the_scheme_bit_for_bit_on_every_rank(nranks):
-    proc = mpirun(nranks, os.path.join(HERE, "compress_worker.py"), timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(os.path.join(HERE, "compress_worker.py"), nranks, timeout=120)
     assert proc.stdout.count("bitwise equal to the model on every rank") == nranks
 
 
@@ -24,16 +26,25 @@ def test_compressed_allreduce_is_the_scheme_bit_for_bit_on_every_rank(nranks):
 LOSS_RTOL = {"bf16": 2e-2, "fp16": 5e-3}
 
 
-@pytest.mark.parametrize("compress,backend,nranks", [("bf16", "CPU", 3), ("fp16", "CPU", 2),
-                                                      ("bf16", "INTERPRETER", 2), ("fp16", "INTERPRETER", 3)])
-def test_training_with_compression_is_identical_across_ranks_and_close_to_float32(tmp_path, compress, backend,
+COMPRESSED = [("bf16", "CPU", 3), ("fp16", "CPU", 2), ("bf16", "INTERPRETER", 2), ("fp16", "INTERPRETER", 3)]
+# The training runs; those with the same ranks train in one job.
+RUNS = {f"{compress}-{backend}-{nranks}": Run(nranks, ("--optimizers", "momentum", "--compress", compress,
+                                                       "--backend", backend))
+        for compress, backend, nranks in COMPRESSED}
+for _n in (2, 3):
+    declare_reference(_n, "pir", optimizers="momentum")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("compress"), RUNS)
+
+
+@pytest.mark.parametrize("compress,backend,nranks", COMPRESSED)
+def test_training_with_compression_is_identical_across_ranks_and_close_to_float32(tmp_path, runs, compress, backend,
                                                                                   nranks):
     ref = run_reference(tmp_path, nranks, "pir", optimizers="momentum")
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(nranks, os.path.join(HERE, "dp_worker.py"), "--out", out, "--optimizers", "momentum",
-                  "--compress", compress, "--backend", backend)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = runs[f"{compress}-{backend}-{nranks}"]
     ranks = [np.load(out / f"momentum_rank{r}.npz") for r in range(nranks)]
     expected = np.load(ref / "momentum_rank0.npz")
     names = [k for k in expected.files if k != "losses"]

@@ -4,36 +4,45 @@ reduce-scatter runs on the averaged accumulated gradients)."""
 import numpy as np
 import pytest
 
-from mpi_util import mpirun
-from test_dp_equivalence import WORKER, check, run_reference
+from dp_runs import Run, Runs, check, declare_reference, run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 K, B, STEPS = 2, 16, 6
 OPTIMIZERS = ["sgd", "adam"]
+BACKEND_STAGES = [("CPU", 0), ("INTERPRETER", 0), ("CPU", 1)]
+ACCUMULATING = ("--steps", STEPS, "--batch", B, "--accumulate-steps", K)
+# Every run of this module: one mpirun job.
+RUNS = {
+    **{f"{backend}-zero{stage}": Run(2, (*ACCUMULATING, "--optimizers", ",".join(OPTIMIZERS), "--bucket-mb", 0.5,
+                                         "--zero-stage", stage, "--backend", backend))
+       for backend, stage in BACKEND_STAGES},
+    "compress-bf16": Run(2, (*ACCUMULATING, "--optimizers", "momentum", "--compress", "bf16", "--backend", "CPU")),
+}
+declare_reference(2, "pir", steps=STEPS, optimizers=",".join(OPTIMIZERS), batch=K * B)
+declare_reference(2, "pir", steps=STEPS, optimizers="momentum", batch=K * B)
 
 
-@pytest.mark.parametrize("backend,zero_stage", [("CPU", 0), ("INTERPRETER", 0), ("CPU", 1)])
-def test_two_ranks_accumulating_equal_one_process_on_the_concatenated_batch(tmp_path, backend, zero_stage):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("dp_accumulate"), RUNS)
+
+
+@pytest.mark.parametrize("backend,zero_stage", BACKEND_STAGES)
+def test_two_ranks_accumulating_equal_one_process_on_the_concatenated_batch(tmp_path, runs, backend, zero_stage):
     ref = run_reference(tmp_path, 2, "pir", steps=STEPS, optimizers=",".join(OPTIMIZERS), batch=K * B)
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(2, WORKER, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
-                  "--optimizers", ",".join(OPTIMIZERS), "--bucket-mb", 0.5, "--zero-stage", zero_stage,
-                  "--backend", backend)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs[f"{backend}-zero{zero_stage}"]
     for optimizer in OPTIMIZERS:
         check(ref, out, 2, optimizer)
         assert len(np.load(out / f"{optimizer}_rank0.npz")["losses"]) == STEPS
 
 
-def test_accumulating_with_compressed_gradients_is_identical_across_ranks_and_close(tmp_path):
+def test_accumulating_with_compressed_gradients_is_identical_across_ranks_and_close(tmp_path, runs):
     """The apply variant's AllReduce is what compress rewrites: the accumulated, averaged gradient
     travels as bf16 once per k micro-steps, the same bits on every rank."""
     ref = run_reference(tmp_path, 2, "pir", steps=STEPS, optimizers="momentum", batch=K * B)
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(2, WORKER, "--out", out, "--steps", STEPS, "--batch", B, "--accumulate-steps", K,
-                  "--optimizers", "momentum", "--compress", "bf16", "--backend", "CPU")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs["compress-bf16"]
     ranks = [np.load(out / f"momentum_rank{r}.npz") for r in range(2)]
     expected = np.load(ref / "momentum_rank0.npz")
     names = [k for k in expected.files if k not in ("losses", "hierarchical", "native", "shm_collectives")]

@@ -8,33 +8,62 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close, ir_guard
-from mpi_util import mpirun
+from ranks import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "transpiler"))
 import fallback_models as fm  # noqa: E402
-from fallback_worker import BATCH, STEPS  # noqa: E402
 
-WORKER = os.path.join(HERE, "fallback_worker.py")
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
-
-@pytest.mark.parametrize("ir, middle, optimizer, backend, nranks", [
+STEPS, BATCH = 4, 12
+CASES = [
     ("pir", "custom", "sgd", "CPU", 2),            # a custom operator between engine segments
     ("legacy", "custom", "momentum", "CPU", 2),
     ("pir", "param_cumsum", "adagrad", "CPU", 2),  # updates in Paddle; one gradient made by Paddle
     ("legacy", "param_cumsum", "sgd", "INTERPRETER", 3),
-])
-def test_ranks_equal_one_process(tmp_path, ir, middle, optimizer, backend, nranks):
+]
+
+
+def train_on_this_rank(cases):
+    """On every rank: each case (ir, middle, optimizer, backend) on its share of every batch, on the
+    engine with the ops it lacks left to Paddle; {case: (losses, parameters)}."""
+    import paddle
+
+    paddle.enable_static()
+    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    xs, ys = fm.data(STEPS, BATCH)
+    trained = {}
+    for ir, middle, optimizer, backend in cases:
+        with ir_guard(ir):
+            # Each rank initializes differently: the start-up broadcast (of the parameters only Paddle
+            # ops read, too) must make them rank 0's, which are the reference's (seed 1).
+            _, losses, params = fm.train(middle, optimizer, xs, ys, transpile={"backend": backend}, seed=1 + rank,
+                                         rank=rank, nranks=size)
+        trained[ir, middle, optimizer, backend] = losses, params
+    return trained
+
+
+@pytest.fixture(scope="module")
+def trained_by_rank():
+    """{nranks: per rank {case: (losses, parameters)}}: the cases of each world size in one job."""
     fm.custom_op_module()  # built once here, so that the ranks only load it
-    proc = mpirun(nranks, WORKER, ir, middle, optimizer, backend, tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    sizes = sorted({case[-1] for case in CASES})
+    return {n: run_ranks(train_on_this_rank, n, [case[:-1] for case in CASES if case[-1] == n]).results
+            for n in sizes}
+
+
+@pytest.mark.parametrize("ir, middle, optimizer, backend, nranks", CASES)
+def test_ranks_equal_one_process(trained_by_rank, ir, middle, optimizer, backend, nranks):
     xs, ys = fm.data(STEPS, BATCH)
     with ir_guard(ir):
         _, ref_losses, ref_params = fm.train(middle, optimizer, xs, ys)
-    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(nranks)]
+    ranks = [{"losses": losses, **params} for losses, params in
+             (rank[ir, middle, optimizer, backend] for rank in trained_by_rank[nranks])]
     # Each rank's loss is the mean over its share; their mean is the loss of the whole batch.
     np.testing.assert_allclose(np.mean([r["losses"] for r in ranks], axis=0), ref_losses, rtol=1e-4, atol=1e-6)
-    assert sorted(k for k in ranks[0].files if k != "losses") == sorted(ref_params)
+    assert sorted(k for k in ranks[0] if k != "losses") == sorted(ref_params)
     for name, ref in ref_params.items():
         for r in ranks[1:]:
             assert np.array_equal(r[name], ranks[0][name]), f"{name}: ranks differ"

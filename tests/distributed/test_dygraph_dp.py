@@ -11,8 +11,10 @@ import os
 import numpy as np
 import pytest
 
-from mpi_util import mpirun
-from launch_util import launch
+from ranks import run_ranks
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dygraph_worker.py")
@@ -34,8 +36,7 @@ def check(out_dir, nranks, resumed=False):
 
 
 def run_mpi(tmp_path, nranks, *args):
-    proc = mpirun(nranks, WORKER, str(tmp_path), *args, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, nranks, str(tmp_path), *args, timeout=180)
     return proc
 
 
@@ -59,8 +60,7 @@ def test_fleet_mpirun_momentum_clip(tmp_path):
 
 
 def test_fleet_paddle_launch(tmp_path):
-    code, logs = launch(2, WORKER, str(tmp_path), "--api", "fleet", "--opt", "momentum", timeout=240)
-    assert code == 0, logs[-4000:]
+    run_ranks(WORKER, 2, str(tmp_path), "--api", "fleet", "--opt", "momentum", timeout=240, launcher="launch")
     check(tmp_path, 2)
 
 

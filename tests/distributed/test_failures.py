@@ -1,17 +1,75 @@
 """Failures on one rank reach every rank: no hangs."""
 import os
 import re
+import sys
 import time
 
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.quiet import quiet_env
 
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "bad_feed_worker.py")
+
+
+def train_with_a_bad_feed_on_rank_1():
+    """On every rank: rank 1 feeds a batch of the wrong shape at step 2; each rank prints the
+    message it stops with and exits 1."""
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.zoo import build_program
+
+    paddle.enable_static()
+    t = make_transport()
+    main, startup, _, loss = build_program("mnist_mlp", "sgd")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    paddle_ngraph.transpile(main, transport=t)
+    start = time.time()
+    for step in range(5):
+        width = 700 if (t.rank == 1 and step == 2) else 784
+        try:
+            exe.run(main, feed={"x": np.zeros((8, width), np.float32), "y": np.zeros((8, 1), np.int64)},
+                    fetch_list=[loss])
+        except Exception as e:
+            message = " ".join(str(e).split())
+            print(f"[rank {t.rank}] STOPPED at step {step} after {time.time() - start:.1f}s: "
+                  f"{message[message.find('ExecutionError'):]}", flush=True)
+            sys.exit(1)
+    print(f"[rank {t.rank}] finished", flush=True)
+
+
+def train_with_a_nan_on_rank_1():
+    """On every rank: the MLP with check_finite, 2 ranks; rank 1 feeds a NaN at step 3 (a valid feed
+    otherwise)."""
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.transpiler import engines
+    from paddle_ngraph.zoo import build_program, digits_as_mnist, shard
+
+    paddle.enable_static()
+    x, y = digits_as_mnist()
+    main_prog, startup, _, loss = build_program("mnist_mlp", "sgd")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    paddle_ngraph.transpile(main_prog, check_finite=True)
+    transport = engines()[-1].transport
+    for step in range(6):
+        xb, yb = shard(x, y, 16, transport.rank, transport.size, step)
+        if step == 3 and transport.rank == 1:
+            xb = xb.copy()
+            xb[0, 0] = np.nan
+        exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])
+    print(f"rank {transport.rank}: finished without noticing", flush=True)
 
 
 def assert_all_stopped_naming_rank_1(output: str, nranks: int):
@@ -25,7 +83,7 @@ def assert_all_stopped_naming_rank_1(output: str, nranks: int):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_bad_feed_on_one_rank_stops_every_rank_under_mpirun(nranks):
     start = time.monotonic()
-    proc = mpirun(nranks, WORKER, timeout=90)
+    proc = run_ranks(train_with_a_bad_feed_on_rank_1, nranks, timeout=90, check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     assert_all_stopped_naming_rank_1(proc.stdout, nranks)
@@ -34,7 +92,8 @@ def test_bad_feed_on_one_rank_stops_every_rank_under_mpirun(nranks):
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_bad_feed_on_one_rank_stops_every_rank_under_paddle_launch():
     start = time.monotonic()
-    code, logs = launch(2, WORKER, timeout=90)
+    run = run_ranks(train_with_a_bad_feed_on_rank_1, 2, timeout=90, launcher="launch", check=False)
+    code, logs = run.returncode, run.output
     assert time.monotonic() - start < 60
     assert code != 0
     assert_all_stopped_naming_rank_1(logs, 2)
@@ -68,7 +127,7 @@ def test_killed_rank_ends_the_job_without_orphans(launcher, tmp_path):
     steps = "987651" if launcher == "mpirun" else "987652"  # a marker to find this job's ranks
     args = [script, "--steps", steps, "--log-every", "1", "--batch-size", "16"]
     if launcher == "mpirun":
-        from mpi_util import MPIRUN
+        from ranks import MPIRUN
 
         cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, *args]
     else:
@@ -106,7 +165,7 @@ def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
     """check_finite: rank 1's NaN reaches every rank's reduced gradients; each rank stops at that
     step with the gradient's name (the job ends through the abort path, non-zero, no hang)."""
     start = time.monotonic()
-    proc = mpirun(2, os.path.join(HERE, "nan_worker.py"), timeout=90)
+    proc = run_ranks(train_with_a_nan_on_rank_1, 2, timeout=90, check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     assert "finished without noticing" not in proc.stdout
@@ -116,8 +175,41 @@ def test_a_nan_gradient_stops_every_rank_naming_the_step_and_tensor():
     assert all("step 3" in line and "@GRAD" in line and "after AllReduce of bucket" in line for line in lines), lines
 
 
-STALL_WORKER = os.path.join(HERE, "stall_worker.py")
 STALL_TIMEOUT_S = 5
+
+
+def train_with_rank_1_stalling(mode, backend, timeout_s):
+    """On every rank: rank 1 stops taking part before step 3, frozen (``mode="freeze"``: SIGSTOP) or
+    alive but elsewhere (``"sleep"``: sleeping between steps); the others must stop within about
+    ``timeout_s`` with the watchdog's report. The transport follows the launcher."""
+    import signal
+
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.zoo import build_program
+
+    paddle.enable_static()
+    t = make_transport()
+    main, startup, _, loss = build_program("mnist_mlp", "sgd")
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    paddle_ngraph.transpile(main, transport=t, backend=backend, timeout_s=float(timeout_s), bucket_mb=0.1)
+    for step in range(6):
+        if step == 3 and t.rank == 1:
+            print(f"[rank 1] {mode} before step 3", flush=True)
+            if mode == "freeze":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(600)
+        exe.run(main, feed={"x": np.ones((8, 784), np.float32), "y": np.zeros((8, 1), np.int64)}, fetch_list=[loss])
+        print(f"[rank {t.rank}] step {step} done", flush=True)
+    print(f"[rank {t.rank}] finished without noticing the stall", flush=True)
+
+
+# What the stalling job's ranks have on their command line (tests/rank_main.py's target).
+STALLING_RANKS = f"{os.path.basename(__file__)}::{train_with_rank_1_stalling.__name__}"
 
 
 def _assert_stall_report(output: str, waiting_ranks: list[int], rank_state: str):
@@ -137,25 +229,28 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
     """Rank 1 is SIGSTOPped (alive to the launcher, absent from the collectives): the others stop
     after timeout_s with the report, and the job ends without orphans."""
     start = time.monotonic()
-    proc = mpirun(nranks, STALL_WORKER, "freeze", backend, STALL_TIMEOUT_S, timeout=120)
+    proc = run_ranks(train_with_rank_1_stalling, nranks, "freeze", backend, STALL_TIMEOUT_S, timeout=120,
+                     check=False)
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [r for r in range(nranks) if r != 1], "silent for")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)
 
 
 def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
-    proc = mpirun(2, STALL_WORKER, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120)
+    proc = run_ranks(train_with_rank_1_stalling, 2, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120, check=False)
     assert proc.returncode != 0
     _assert_stall_report(proc.stdout + proc.stderr, [0], r"alive; between steps, last in step 2")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_a_frozen_rank_stops_every_rank_naming_it_under_paddle_launch():
     start = time.monotonic()
-    code, logs = launch(2, STALL_WORKER, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120)
+    run = run_ranks(train_with_rank_1_stalling, 2, "freeze", "CPU", STALL_TIMEOUT_S, timeout=120, launcher="launch",
+                    check=False)
+    code, logs = run.returncode, run.output
     assert time.monotonic() - start < 60
     assert code != 0
     _assert_stall_report(logs, [0], "silent for")
-    assert not _worker_pids(STALL_WORKER)
+    assert not _worker_pids(STALLING_RANKS)

@@ -9,11 +9,23 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close
-from mpi_util import mpirun
-from test_dp_equivalence import LR, WORKER, check, run_reference
+from dp_runs import LR, Run, Runs, check, declare_reference, run_reference
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 OPTIMIZERS = "sgd,adam"
 STEPS = 10
+
+
+BACKENDS = ["CPU", "INTERPRETER"]
+TRAINING = ("--ir", "pir", "--bucket-mb", 0.25, "--steps", STEPS, "--optimizers", OPTIMIZERS)
+# 4 ranks as 2 "nodes" of 2 (auto: hierarchical), and on one node (auto: flat); one job each.
+RUNS = {
+    **{f"hier-{backend}": Run(4, (*TRAINING, "--backend", backend, "--ranks-per-node", 2)) for backend in BACKENDS},
+    **{f"flat-{backend}": Run(4, (*TRAINING, "--backend", backend)) for backend in BACKENDS},
+}
+declare_reference(4, "pir", steps=STEPS, optimizers=OPTIMIZERS)
 
 
 @pytest.fixture(scope="module")
@@ -21,18 +33,15 @@ def reference(tmp_path_factory):
     return run_reference(tmp_path_factory.mktemp("hier"), 4, "pir", steps=STEPS, optimizers=OPTIMIZERS)
 
 
-def train(out, backend, *options):
-    out.mkdir()
-    proc = mpirun(4, WORKER, "--ir", "pir", "--out", out, "--bucket-mb", 0.25, "--steps", STEPS,
-                  "--optimizers", OPTIMIZERS, "--backend", backend, *options)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return out
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("hierarchical"), RUNS)
 
 
-@pytest.mark.parametrize("backend", ["CPU", "INTERPRETER"])
-def test_hierarchical_equals_flat_and_one_process(tmp_path, reference, backend):
-    hier = train(tmp_path / "hier", backend, "--ranks-per-node", 2)               # auto on 2 nodes x 2
-    flat = train(tmp_path / "flat", backend)                                       # auto on one node
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hierarchical_equals_flat_and_one_process(reference, trained, backend):
+    hier = trained[f"hier-{backend}"]  # auto on 2 nodes x 2
+    flat = trained[f"flat-{backend}"]  # auto on one node
     for optimizer in OPTIMIZERS.split(","):
         runs = {name: [np.load(out / f"{optimizer}_rank{r}.npz") for r in range(4)] for name, out in
                 (("hierarchical", hier), ("flat", flat))}

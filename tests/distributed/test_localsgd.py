@@ -13,9 +13,11 @@ import os
 import numpy as np
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed.ccl import available as ccl_available
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "localsgd_worker.py")
@@ -106,32 +108,29 @@ def check(out, optimizer, k, begin, adaptive=False, lr_step=0, nranks=2):
 @pytest.mark.parametrize("optimizer,ir,backend", [("sgd", "pir", "CPU"), ("momentum", "legacy", "CPU"),
                                                   ("momentum", "pir", "INTERPRETER")])
 def test_two_ranks_equal_paddles_local_sgd_by_hand(tmp_path, optimizer, ir, backend):
-    proc = mpirun(2, WORKER, "--out", tmp_path, "--optimizer", optimizer, "--ir", ir, "--backend", backend,
-                  "--steps", 14, "--k", 3, "--begin", 2)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", optimizer, "--ir", ir, "--backend", backend,
+              "--steps", 14, "--k", 3, "--begin", 2)
     ref = check(tmp_path, optimizer, 3, 2)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [1, 2, 5, 8, 11, 14]
 
 
 def test_adaptive_k_follows_paddles_rule_from_the_global_loss_and_learning_rate(tmp_path):
     """Momentum with a learning rate halved every 3 steps: k grows as lr_0 / lr does."""
-    proc = mpirun(2, WORKER, "--out", tmp_path, "--optimizer", "momentum", "--adaptive", "--steps", 20,
-                  "--k", 2, "--begin", 1, "--lr-step", 3)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--adaptive", "--steps", 20,
+              "--k", 2, "--begin", 1, "--lr-step", 3)
     ref = check(tmp_path, "momentum", 2, 1, adaptive=True, lr_step=3)
     assert len(set(ref["ks"])) >= 3, f"k did not change enough to test the rule: {ref['ks']}"
 
 
 def test_fleet_strategy_localsgd_maps_onto_the_engine(tmp_path):
-    proc = mpirun(2, WORKER, "--out", tmp_path, "--optimizer", "momentum", "--fleet", "--steps", 10,
-                  "--k", 4, "--begin", 1)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--fleet", "--steps", 10,
+              "--k", 4, "--begin", 1)
     check(tmp_path, "momentum", 4, 1)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_under_paddle_launch(tmp_path):
-    code, logs = launch(2, WORKER, "--out", tmp_path, "--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0)
-    assert code == 0, logs[-4000:]
+    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "sgd", "--steps", 12, "--k", 4, "--begin", 0,
+              launcher="launch")
     ref = check(tmp_path, "sgd", 4, 0)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [4, 8, 12]

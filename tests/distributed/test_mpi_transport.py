@@ -4,8 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from ranks import run_ranks
 from paddle_ngraph.distributed import NullTransport, detect_launcher
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.distributed.mpi import _bf16_to_f32, _f32_to_bf16
@@ -14,13 +13,14 @@ from paddle_ngraph.errors import TransportError
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_match_numpy(nranks):
-    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(os.path.join(HERE, "transport_worker.py"), nranks)
     assert proc.stdout.count("all collectives match NumPy") == nranks
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("nranks,per_node,mode,expect", [
     (4, 2, "auto", 1),   # 2 nodes x 2 ranks: auto chooses hierarchical
     (4, 3, "on", 1),     # uneven nodes (3 + 1 ranks)
@@ -31,8 +31,7 @@ def test_hierarchical_collectives_match_numpy(nranks, per_node, mode, expect):
     env = {"PDNG_TEST_HIERARCHICAL": mode, "PDNG_TEST_EXPECT_HIERARCHICAL": str(expect)}
     if per_node:
         env["PDNG_TEST_RANKS_PER_NODE"] = str(per_node)
-    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"), env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(os.path.join(HERE, "transport_worker.py"), nranks, env=env)
     assert proc.stdout.count("all collectives match NumPy") == nranks
     assert proc.stdout.count(f"hierarchical={bool(expect)}") == nranks
 
@@ -40,18 +39,18 @@ def test_hierarchical_collectives_match_numpy(nranks, per_node, mode, expect):
 needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 
 
+@pytest.mark.distributed
 @needs_ccl
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_ccl_collectives_match_numpy_under_mpirun(nranks):
-    proc = mpirun(nranks, os.path.join(HERE, "transport_worker.py"), env={"PDNG_TEST_TRANSPORT": "ccl"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(os.path.join(HERE, "transport_worker.py"), nranks, env={"PDNG_TEST_TRANSPORT": "ccl"})
     assert proc.stdout.count("all collectives match NumPy") == nranks
 
 
+@pytest.mark.distributed
 @needs_ccl
 def test_ccl_collectives_match_numpy_under_paddle_launch():
-    code, logs = launch(2, os.path.join(HERE, "transport_worker.py"))
-    assert code == 0, logs[-4000:]
+    logs = run_ranks(os.path.join(HERE, "transport_worker.py"), 2, launcher="launch").output
     assert all(f"[rank {r}] all collectives match NumPy" in logs for r in range(2))
 
 

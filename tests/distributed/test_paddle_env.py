@@ -5,7 +5,7 @@ import os
 import pytest
 
 from paddle_ngraph.distributed.paddle_env import EXPORTED_FLAG, export_mpi_ranks, paddle_variables
-from tests.distributed.mpi_util import mpirun
+from ranks import run_ranks
 
 WORKER = os.path.join(os.path.dirname(__file__), "paddle_env_worker.py")
 DATASET_SIZE = 24
@@ -51,8 +51,7 @@ def test_variables_already_set_win_and_nothing_happens_outside_mpirun():
 
 
 def reports(nranks, mode):
-    proc = mpirun(nranks, WORKER, mode, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, nranks, mode, timeout=300)
     found = [json.loads(line[len("REPORT "):]) for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert len(found) == nranks, proc.stdout[-3000:]
     return sorted(found, key=lambda r: r["mpi_rank"])
@@ -74,21 +73,25 @@ def check_agreement(found, nranks):
         assert all(len(s) == DATASET_SIZE // nranks for s in shards)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_static_mode_rank_apis_and_samplers_follow_mpi(nranks):
     check_agreement(reports(nranks, "static"), nranks)
 
 
+@pytest.mark.distributed
 def test_dygraph_mode_rank_apis_follow_mpi_and_paddles_own_collectives_run():
     found = reports(2, "dygraph")
     check_agreement(found, 2)
     assert [r["allreduce_sum"] for r in found] == [3.0, 3.0]
 
 
+@pytest.mark.distributed
 def test_paddle_asked_before_the_import_is_corrected():
     check_agreement(reports(2, "paddle_first"), 2)
 
 
+@pytest.mark.distributed
 def test_plain_paddle_without_the_project_is_left_alone():
     found = reports(2, "plain")
     assert [(r["before_init"]["get_rank"], r["before_init"]["get_world_size"]) for r in found] == [(0, 1), (0, 1)]

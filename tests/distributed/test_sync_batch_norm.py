@@ -4,31 +4,49 @@ level), identical on every rank. Real mpirun (and paddle.distributed.launch for 
 both IRs, through transpile(..., sync_batch_norm=True) and through Paddle's own sync_batch_norm ops.
 The one-process conversion is tests/frontend/test_sync_batch_norm_conversion.py."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from dp_runs import References, Run, Runs
 from harness import assert_trained_close
-from launch_util import launch
-from mpi_util import mpirun
 from paddle_ngraph.distributed.ccl import available as ccl_available
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "sync_bn_worker.py")
 LR = {"sgd": 0.1, "momentum": 0.05}  # as sync_bn_worker.py
 OPTIMIZERS = ("sgd", "momentum")
+EQUIVALENCE = [
+    ("conv_bn", "pir", "option", "CPU"), ("conv_bn", "legacy", "option", "CPU"),
+    ("mlp_bn", "pir", "option", "CPU"), ("mlp_bn", "legacy", "option", "CPU"),
+    ("conv_bn", "pir", "option", "INTERPRETER"),
+    # Paddle's own sync_batch_norm ops (SyncBatchNorm.convert_sync_batchnorm), no option needed.
+    ("conv_bn", "pir", "ops", "CPU"), ("mlp_bn", "legacy", "ops", "CPU")]
+# Every run of this module: the mpirun ones in one job.
+RUNS = {
+    **{"-".join(case): Run(2, ("--model", case[0], "--ir", case[1], "--mode", case[2], "--backend", case[3]))
+       for case in EQUIVALENCE},
+    "zero1": Run(2, ("--model", "conv_bn", "--mode", "option", "--zero-stage", 1)),
+    "none": Run(2, ("--model", "mlp_bn", "--mode", "none", "--optimizers", "sgd")),
+    "ccl": Run(2, ("--model", "conv_bn", "--ir", "pir", "--mode", "option"), launcher="launch"),
+}
+REFERENCES = References(WORKER)
+for _model in ("conv_bn", "mlp_bn"):
+    for _ir in ("pir", "legacy"):
+        REFERENCES.declare("--world", 2, "--ir", _ir, "--model", _model)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("sync_batch_norm"), RUNS, worker=WORKER)
 
 
 def reference(tmp, world, ir, model):
-    out = tmp / "ref"
-    out.mkdir()
-    proc = subprocess.run([sys.executable, WORKER, "--reference", "--world", str(world), "--ir", ir, "--model", model,
-                           "--out", str(out)], capture_output=True, text=True, timeout=240,
-                          env=dict(os.environ, GLOG_minloglevel="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    """Plain Paddle, one process, the whole global batch (``tmp``: unused, the session's cache holds it)."""
+    return REFERENCES("--world", world, "--ir", ir, "--model", model)
 
 
 def load(ref_dir, run_dir, nranks, optimizer):
@@ -53,39 +71,25 @@ def check(ref_dir, run_dir, nranks):
                                  elementwise=False)
 
 
-@pytest.mark.parametrize("model,ir,mode,backend", [
-    ("conv_bn", "pir", "option", "CPU"), ("conv_bn", "legacy", "option", "CPU"),
-    ("mlp_bn", "pir", "option", "CPU"), ("mlp_bn", "legacy", "option", "CPU"),
-    ("conv_bn", "pir", "option", "INTERPRETER"),
-    # Paddle's own sync_batch_norm ops (SyncBatchNorm.convert_sync_batchnorm), no option needed.
-    ("conv_bn", "pir", "ops", "CPU"), ("mlp_bn", "legacy", "ops", "CPU")])
-def test_two_ranks_equal_one_process_on_concatenated_batch(tmp_path, model, ir, mode, backend):
+@pytest.mark.parametrize("model,ir,mode,backend", EQUIVALENCE)
+def test_two_ranks_equal_one_process_on_concatenated_batch(tmp_path, runs, model, ir, mode, backend):
     ref = reference(tmp_path, 2, ir, model)
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(2, WORKER, "--model", model, "--ir", ir, "--mode", mode, "--backend", backend, "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs[f"{model}-{ir}-{mode}-{backend}"]
     check(ref, out, 2)
 
 
-def test_with_zero_1(tmp_path):
+def test_with_zero_1(tmp_path, runs):
     """ZeRO-1 shards the gradients (scale and bias included); the statistics stay AllReduces."""
     ref = reference(tmp_path, 2, "pir", "conv_bn")
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(2, WORKER, "--model", "conv_bn", "--mode", "option", "--zero-stage", 1, "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs["zero1"]
     check(ref, out, 2)
 
 
-def test_without_it_each_rank_keeps_its_own_statistics(tmp_path):
+def test_without_it_each_rank_keeps_its_own_statistics(tmp_path, runs):
     """The control: plain batch norm on 2 ranks normalizes with each rank's statistics, so the
     running statistics differ between ranks and from one process on the whole batch."""
     ref = reference(tmp_path, 2, "pir", "mlp_bn")
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(2, WORKER, "--model", "mlp_bn", "--mode", "none", "--optimizers", "sgd", "--out", out)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs["none"]
     ref = np.load(ref / "sgd_rank0.npz")
     ranks = [np.load(out / f"sgd_rank{r}.npz") for r in range(2)]
     mean = "batch_norm1d_0.w_1"
@@ -94,10 +98,7 @@ def test_without_it_each_rank_keeps_its_own_statistics(tmp_path):
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-def test_ccl_under_paddle_launch_equals_one_process(tmp_path):
+def test_ccl_under_paddle_launch_equals_one_process(tmp_path, runs):
     ref = reference(tmp_path, 2, "pir", "conv_bn")
-    out = tmp_path / "run"
-    out.mkdir()
-    code, logs = launch(2, WORKER, "--model", "conv_bn", "--ir", "pir", "--mode", "option", "--out", out)
-    assert code == 0, logs[-4000:]
+    out = runs["ccl"]
     check(ref, out, 2)

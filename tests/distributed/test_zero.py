@@ -8,43 +8,49 @@ import os
 import numpy as np
 import pytest
 
-from launch_util import launch
-from mpi_util import mpirun
+from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, run_reference
 from paddle_ngraph.distributed.ccl import available as ccl_available
-from test_dp_equivalence import OPTIMIZERS, WORKER, check, run_reference
+from ranks import run_ranks
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ZERO_WORKER = os.path.join(HERE, "zero_worker.py")
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
+
+EQUIVALENCE = [(2, "CPU"), (3, "CPU"), (2, "INTERPRETER")]
+BITWISE = (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off"))
+ZERO1 = ("--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1)
+# The runs of dp_worker.py (zero_worker.py's share a global scope: one job each); those with the
+# same ranks and launcher train in one job.
+RUNS = {
+    **{f"equivalence-{n}-{backend}": Run(n, (*ZERO1, "--backend", backend)) for n, backend in EQUIVALENCE},
+    **{f"bitwise-{name}": Run(2, ("--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage, "--shm-allreduce", shm))
+       for name, stage, shm in BITWISE},
+    "launch": Run(2, ZERO1, launcher="launch"),
+}
+for _n in (2, 3):
+    declare_reference(_n, "pir", steps=10)
 
 
-@pytest.mark.parametrize("nranks,backend", [(2, "CPU"), (3, "CPU"), (2, "INTERPRETER")])
-def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, nranks, backend):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("zero"), RUNS)
+
+
+@pytest.mark.parametrize("nranks,backend", EQUIVALENCE)
+def test_zero1_equals_one_process_on_concatenated_batch(tmp_path, runs, nranks, backend):
     ref = run_reference(tmp_path, nranks, "pir", steps=10)
-    out = tmp_path / "run"
-    out.mkdir()
-    proc = mpirun(nranks, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1,
-                  "--backend", backend)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = runs[f"equivalence-{nranks}-{backend}"]
     for optimizer in OPTIMIZERS:
         check(ref, out, nranks, optimizer)
 
 
-def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(tmp_path):
+def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(runs):
     """With 2 ranks a reduce-scatter adds the same two numbers as an allreduce: same bits, whether
     ZeRO-1's reduce-scatter and all-gather go over shared memory (the default) or over MPI's own."""
-    runs = {}
-    for name, stage, shm in (("plain", 0, "on"), ("zero1", 1, "on"), ("zero1_mpi", 1, "off")):
-        out = tmp_path / name
-        out.mkdir()
-        proc = mpirun(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 6, "--zero-stage", stage,
-                      "--shm-allreduce", shm)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-        runs[name] = out
     for optimizer in OPTIMIZERS:
-        plain, sharded, over_mpi = (np.load(runs[name] / f"{optimizer}_rank0.npz")
+        plain, sharded, over_mpi = (np.load(runs[f"bitwise-{name}"] / f"{optimizer}_rank0.npz")
                                     for name in ("plain", "zero1", "zero1_mpi"))
         # Which path each run took ("native" is the communicator's description; shm_collectives counts
-        # this process's AllReduce, ReduceScatter and AllGather over shared memory).
+        # the run's AllReduce, ReduceScatter and AllGather over shared memory).
         assert str(plain["native"]) == "shared memory among the 2 ranks of the node"
         assert plain["shm_collectives"][0] > 0
         assert min(sharded["shm_collectives"][1:]) > 0, sharded["shm_collectives"]
@@ -56,40 +62,92 @@ def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(tmp_path):
                 np.testing.assert_array_equal(over_mpi[name], plain[name], err_msg=f"{optimizer}: {name} (MPI)")
 
 
+CHECKPOINT_STEP = 4
+
+
+def train_checkpoint_and_resume(out, zero_stage):
+    """On every rank: the MLP with Adam for K steps, a checkpoint, K more steps, the checkpoint
+    loaded back and the same K steps again. Returns the optimizer state's bytes (full, held in
+    slices, still in the scope), whether the resumed run ended equal bitwise, and, on rank 0, the
+    checkpoint's optimizer state as read by paddle.static.load_program_state."""
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.transpiler import engines
+    from paddle_ngraph.zoo import build_program, digits_as_mnist, shard
+
+    k = CHECKPOINT_STEP
+    paddle.enable_static()
+    transport = make_transport()
+    rank, nranks = transport.rank, transport.size
+    x, y = digits_as_mnist()
+    main_prog, startup, _, loss = build_program("mnist_mlp", "adam", 0.001, seed=1)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    scope = paddle.static.global_scope()
+    params = sorted(op.attrs()["parameter_name"] for op in main_prog.global_block().ops
+                    if op.name() == "builtin.parameter")
+    moments = [n for n in scope.local_var_names() if "moment" in n]
+    full_bytes = sum(np.array(scope.find_var(n).get_tensor()).nbytes for n in moments)
+    paddle_ngraph.transpile(main_prog, transport=transport, bucket_mb=0.5, zero_stage=zero_stage)
+
+    def train(first):
+        for step in range(first, first + k):
+            xb, yb = shard(x, y, 16, rank, nranks, step)
+            exe.run(main_prog, feed={"x": xb, "y": yb}, fetch_list=[loss])
+        return {n: np.array(scope.find_var(n).get_tensor()) for n in params}
+
+    train(0)
+    root = os.path.join(out, "ckpt")
+    paddle_ngraph.save_checkpoint(main_prog, root, k)
+    after = train(k)
+    in_scope = sum(np.array(scope.find_var(n).get_tensor()).nbytes for n in moments
+                   if scope.find_var(n).get_tensor()._is_initialized())
+    assert paddle_ngraph.load_checkpoint(main_prog, root) == k
+    resumed = train(k)
+    sharded = [e.sharded for e in engines() if e.sharded is not None]
+    report = {
+        "full_state_bytes": full_bytes,
+        "sharded_state_bytes": sum(s.nbytes() for s in sharded) - sum(  # the slices of moments only
+            a.nbytes for s in sharded for n, a in zip(s.names, s.arrays) if n == s.sources[n].master),
+        "buckets": sum(len(s.buckets) for s in sharded),
+        "moments_in_scope_bytes": in_scope,
+        "resumed_equal": all(np.array_equal(after[n], resumed[n]) for n in params),
+    }
+    if rank == 0:
+        state = paddle.static.load_program_state(os.path.join(root, f"step-{k:06d}", "model"))
+        report["checkpoint_state"] = {n: v for n, v in state.items() if "moment" in n}
+    return report
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_zero1_memory_checkpoint_and_resume(tmp_path, nranks):
     """Optimizer state per rank is 1/N (the full moments are freed in the scope); a checkpoint holds
     the full state, equal to plain data parallelism's; resuming from it continues bitwise."""
-    out = {}
+    reports = {}
     for stage in (0, 1):
-        out[stage] = tmp_path / f"zero{stage}"
-        out[stage].mkdir()
-        proc = mpirun(nranks, ZERO_WORKER, "--out", out[stage], "--zero-stage", stage)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    import json
-
+        (tmp_path / f"zero{stage}").mkdir()
+        reports[stage] = run_ranks(train_checkpoint_and_resume, nranks, tmp_path / f"zero{stage}", stage).results
     for rank in range(nranks):
-        report = json.loads((out[1] / f"report{rank}.json").read_text())
+        report = reports[1][rank]
         full = report["full_state_bytes"]
         # Each rank's slices: 1/N of the moments, padded to a multiple of N elements per bucket.
         assert report["sharded_state_bytes"] <= full / nranks + 4 * 2 * nranks * report["buckets"], report
         assert report["moments_in_scope_bytes"] == 0, report  # the full moments were freed
         assert report["resumed_equal"], report
-    plain = json.loads((out[0] / "report0.json").read_text())
+    plain = reports[0][0]
     assert plain["moments_in_scope_bytes"] == plain["full_state_bytes"]  # the baseline holds them whole
     # Rank 0's checkpoint: the full optimizer state, as plain data parallelism saves it.
-    saved = [np.load(out[s] / "checkpoint_state.npz") for s in (0, 1)]
-    assert sorted(saved[0].files) == sorted(saved[1].files) and len(saved[0].files) >= 8
-    for name in saved[0].files:
+    saved = [reports[s][0]["checkpoint_state"] for s in (0, 1)]
+    assert sorted(saved[0]) == sorted(saved[1]) and len(saved[0]) >= 8
+    for name in saved[0]:
         np.testing.assert_allclose(saved[1][name], saved[0][name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-def test_zero1_under_paddle_launch_equals_one_process(tmp_path):
+def test_zero1_under_paddle_launch_equals_one_process(tmp_path, runs):
     ref = run_reference(tmp_path, 2, "pir", steps=10)
-    out = tmp_path / "run"
-    out.mkdir()
-    code, logs = launch(2, WORKER, "--out", out, "--bucket-mb", 0.5, "--steps", 10, "--zero-stage", 1)
-    assert code == 0, logs[-4000:]
+    out = runs["launch"]
     for optimizer in OPTIMIZERS:
         check(ref, out, 2, optimizer)

@@ -53,7 +53,7 @@ def noise(output: str) -> list:
     return [line for line in output.splitlines() if NOISE.search(line)]
 
 
-@pytest.mark.distributed
+@pytest.mark.distributed  # the module's job: 2 ranks under paddle.distributed.launch
 def test_the_demo_reaches_the_accuracy_and_prints_one_summary_with_both_throughputs(run):
     shown, _, _ = run
     epochs = re.findall(r"\[rank 0\] epoch +(\d+)/(\d+) .* held-out accuracy ([\d.]+)%", shown)
@@ -70,14 +70,14 @@ def test_the_demo_reaches_the_accuracy_and_prints_one_summary_with_both_throughp
     assert int(engine.group(1)) > 0 and int(paddle.group(1)) > 0
 
 
-@pytest.mark.distributed
+@pytest.mark.distributed  # the module's job: 2 ranks under paddle.distributed.launch
 def test_no_warning_or_log_line_from_the_demo(run):
     shown, logs, _ = run
     assert noise(shown) == [], shown[-4000:]  # the launcher's own and rank 0's (which it replays)
     assert noise(logs[1]) == [], logs[1][-4000:]
 
 
-@pytest.mark.distributed
+@pytest.mark.distributed  # the module's job: 2 ranks under paddle.distributed.launch
 def test_the_ranks_trained_on_disjoint_shards_of_every_epoch(run):
     _, _, indices = run
     assert len(indices[0]) == len(indices[1]) == EPOCHS

@@ -12,7 +12,6 @@ import json
 import os
 import pickle
 import re
-import sys
 import time
 
 import numpy as np
@@ -21,10 +20,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
 
-from launch_util import launch  # noqa: E402
-from mpi_util import mpirun  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 
 from paddle_ngraph.distributed.ccl import available as ccl_available  # noqa: E402
 
@@ -97,29 +94,30 @@ def check(output: str, save_dir, legacy: bool):
         np.testing.assert_allclose(saved[0][name], ref_params[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("ir", ["pir", "legacy"])
 def test_example_under_mpirun_equals_one_process_on_the_concatenated_batch(tmp_path, ir):
     extra = ["--legacy"] if ir == "legacy" else []
-    proc = mpirun(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path, *extra)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    proc = run_ranks(EXAMPLE, NRANKS, *ARGS, "--save", tmp_path, *extra)
     check(proc.stdout, tmp_path, legacy=ir == "legacy")
 
 
+@pytest.mark.distributed
 def test_example_with_zero_stage_1_from_the_environment_equals_one_process(tmp_path):
     env = {"PADDLE_NGRAPH_ZERO_STAGE": "1", "PADDLE_NGRAPH_LOG_LEVEL": "INFO"}
-    proc = mpirun(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    proc = run_ranks(EXAMPLE, NRANKS, *ARGS, "--save", tmp_path, env=env)
     assert len(re.findall(r"zero_stage 1", proc.stdout + proc.stderr)) == NRANKS, proc.stderr[-3000:]
     check(proc.stdout, tmp_path, legacy=False)
 
 
+@pytest.mark.distributed
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 def test_example_under_paddle_launch_equals_one_process_on_the_concatenated_batch(tmp_path):
-    code, logs = launch(NRANKS, EXAMPLE, *ARGS, "--save", tmp_path)
-    assert code == 0, logs[-4000:]
+    logs = run_ranks(EXAMPLE, NRANKS, *ARGS, "--save", tmp_path, launcher="launch").output
     check(logs, tmp_path, legacy=False)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("configs,env,message", [
     ('{"transport": "tcp"}', {},
      "ConfigError: strategy.ngraph_configs: unknown transport 'tcp'; valid: auto, mpi, ccl, mlsl, null"),
@@ -133,7 +131,8 @@ def test_a_bad_config_fails_on_every_rank_under_mpirun(tmp_path, configs, env, m
     # Do not let mpirun kill the other rank when the first fails: each must fail by itself.
     env = dict(env, PRTE_MCA_state_base_error_non_zero_exit="0")
     start = time.monotonic()
-    proc = mpirun(NRANKS, BAD_CONFIG_WORKER, "--configs", configs, "--record", tmp_path, env=env, timeout=120)
+    proc = run_ranks(BAD_CONFIG_WORKER, NRANKS, "--configs", configs, "--record", tmp_path, env=env, timeout=120,
+                     check=False)
     assert time.monotonic() - start < 60, "a bad configuration must fail fast"
     for rank in range(NRANKS):
         path = tmp_path / f"rank{rank}.json"

@@ -7,13 +7,16 @@ example passes its strategy to distributed_optimizer rather than to fleet.init, 
 fleet.py" line: both come from the user's script calling Paddle, which we leave alone."""
 import os
 import re
-import sys
+
+import pytest
+
+from ranks import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
 
-from mpi_util import mpirun  # noqa: E402
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 EXAMPLE = os.path.join(ROOT, "examples", "fleet_mnist_mlp.py")
 ARGS = ["--steps", 6]
@@ -25,7 +28,7 @@ def run_example(**env):
     env = {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p), **env}
     saved = {k: os.environ.pop(k) for k in ("PADDLE_NGRAPH_LOG_LEVEL",) if k in os.environ}
     try:
-        proc = mpirun(2, EXAMPLE, *ARGS, env=env, timeout=180)
+        proc = run_ranks(EXAMPLE, 2, *ARGS, env=env, timeout=180, check=False)
     finally:
         os.environ.update(saved)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,12 +12,10 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
 sys.path.insert(0, HERE)
 
 import features_data as fd  # noqa: E402
-from launch_util import launch  # noqa: E402
-from mpi_util import mpirun  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 
 from paddle_ngraph.distributed.ccl import available as ccl_available  # noqa: E402
 from paddle_ngraph.errors import ConfigError  # noqa: E402
@@ -71,20 +69,14 @@ def _scope_state(scope, program):
         return fd.state(program)
 
 
-def run_ranks(name, ir, tmp_path, launcher="mpirun"):
+def train_on_ranks(name, ir, tmp_path, launcher="mpirun"):
     args = ["--feature", name, "--ir", ir, "--out", tmp_path]
-    if launcher == "mpirun":
-        proc = mpirun(fd.NRANKS, WORKER, *args, env=ENV, timeout=240)
-        output = proc.stdout[-3000:] + proc.stderr[-3000:]
-        code = proc.returncode
-    else:
-        code, output = launch(fd.NRANKS, WORKER, *args, env=ENV, timeout=240)
-    assert code == 0, output
+    run_ranks(WORKER, fd.NRANKS, *args, env=ENV, timeout=240, launcher="launch" if launcher == "launch" else "mpirun")
     return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(fd.NRANKS)]
 
 
 def check(name, ir, tmp_path, launcher="mpirun", rtol=1e-5, atol=1e-6):
-    ranks = run_ranks(name, ir, tmp_path, launcher)
+    ranks = train_on_ranks(name, ir, tmp_path, launcher)
     ref = reference(name, ir)
     assert sorted(ranks[0]) == sorted(ref) and ref, (sorted(ranks[0]), sorted(ref))
     for key in ref:
@@ -93,6 +85,7 @@ def check(name, ir, tmp_path, launcher="mpirun", rtol=1e-5, atol=1e-6):
     return ranks, ref
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name,ir", [("gradient_merge", "pir"), ("gradient_merge_sum", "legacy"),
                                      ("sharding", "pir"), ("sync_batch_norm", "pir"),
                                      ("sync_batch_norm", "legacy"), ("lars", "legacy"), ("lars", "pir"),
@@ -101,11 +94,13 @@ def test_feature_under_mpirun_equals_paddle_alone_on_the_concatenated_batch(name
     check(name, ir, tmp_path)
 
 
+@pytest.mark.distributed
 def test_fp16_allreduce_keeps_ranks_bitwise_identical_and_close(tmp_path):
     # 16-bit gradients on the wire: equal on every rank, near the float32 reference.
     check("fp16_allreduce", "pir", tmp_path, rtol=2e-3, atol=2e-4)
 
 
+@pytest.mark.distributed
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built")
 @pytest.mark.parametrize("name", ["gradient_merge", "sharding"])
 def test_feature_under_paddle_launch(name, tmp_path):

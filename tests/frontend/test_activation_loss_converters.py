@@ -6,15 +6,12 @@ import paddle
 import paddle.nn.functional as F
 import pytest
 
-from harness import IRS, check_against_paddle, ir_guard, static_op
+from harness import IRS, check_against_paddle, static_op
+from helpers import TOL, normal_sampler, op_types as op_names
 
 rng = np.random.default_rng(0)
-TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
+normal = normal_sampler(rng)
 DTYPES = ["float32", "float64"]
-
-
-def normal(shape, dtype="float32", scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(dtype)
 
 
 def with_values(x, values):
@@ -22,16 +19,6 @@ def with_values(x, values):
     x = x.copy()
     x.reshape(-1)[:len(values)] = values
     return x
-
-
-def op_names(build, feeds, ir):
-    with ir_guard(ir):
-        main = paddle.static.Program()
-        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, paddle.static.Program()):
-            build(**{n: paddle.static.data(n, list(v.shape), str(v.dtype)) for n, v in feeds.items()})
-        if ir == "pir":
-            return {op.name() for op in main.global_block().ops}
-        return {op.type for op in main.global_block().ops}
 
 
 def unary(pir_call, legacy_type, attrs=None):

@@ -6,27 +6,14 @@ import paddle.nn.functional as F
 import pytest
 
 from harness import IRS, check_against_paddle, ir_guard, static_op
+from helpers import TOL, normal_sampler, op_types
 
 rng = np.random.default_rng(0)
-TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
+normal = normal_sampler(rng)
 # conv2d_transpose values reach ~20 here: a float32 sum in another order (oneDNN) differs by ~1e-6 absolute.
 CONV_TOL = {"float32": dict(rtol=1e-5, atol=1e-5), "float64": TOL["float64"]}
 # Normalization grads divide by a standard deviation and sum over groups: float32 rounding grows a little.
 NORM_TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-9, atol=1e-11)}
-
-
-def normal(shape, dtype="float32"):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def op_types(build, feeds, ir):
-    with ir_guard(ir):
-        main = paddle.static.Program()
-        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, paddle.static.Program()):
-            build(**{n: paddle.static.data(n, list(v.shape), str(v.dtype)) for n, v in feeds.items()})
-        if ir == "pir":
-            return {op.name() for op in main.global_block().ops}
-        return {op.type for op in main.global_block().ops}
 
 
 # --- conv2d_transpose / depthwise_conv2d_transpose ---------------------------------------------------------

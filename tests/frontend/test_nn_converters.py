@@ -7,25 +7,11 @@ import pytest
 
 import paddle_ngraph
 from harness import IRS, check_against_paddle, ir_guard, run_function, static_op
+from helpers import TOL, normal_sampler, op_types
 from paddle_ngraph.errors import ConversionError
 
 rng = np.random.default_rng(0)
-TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
-
-
-def normal(shape, dtype="float32"):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def op_types(build, feeds, ir):
-    """Paddle op types of the forward program ``build`` makes (to check which op a test exercises)."""
-    with ir_guard(ir):
-        main = paddle.static.Program()
-        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, paddle.static.Program()):
-            build(**{n: paddle.static.data(n, list(v.shape), str(v.dtype)) for n, v in feeds.items()})
-        if ir == "pir":
-            return {op.name() for op in main.global_block().ops}
-        return {op.type for op in main.global_block().ops}
+normal = normal_sampler(rng)
 
 
 # --- conv2d / depthwise_conv2d -----------------------------------------------------------------------

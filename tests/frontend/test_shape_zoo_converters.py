@@ -9,37 +9,12 @@ import pytest
 
 import paddle_ngraph
 from harness import IRS, check_against_paddle, ir_guard, run_function, static_op
+from helpers import TOL, normal_sampler, op_types_with_gradients as op_types
 from paddle_ngraph.errors import ConversionError
 
 rng = np.random.default_rng(0)
-TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
+normal = normal_sampler(rng)
 DTYPES = ["float32", "float64"]
-
-
-def normal(shape, dtype="float32"):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def op_types(build, feeds, ir):
-    """Paddle op types of the program ``build`` makes, with grads (to check which ops a test exercises)."""
-    with ir_guard(ir):
-        main = paddle.static.Program()
-        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, paddle.static.Program()):
-            xs = {}
-            for n, v in feeds.items():
-                xs[n] = paddle.static.data(n, list(v.shape), str(v.dtype))
-                xs[n].stop_gradient = not np.issubdtype(v.dtype, np.floating)
-            out = build(**xs)
-            outs = out if isinstance(out, (list, tuple)) else [out]
-            sums = [static_op(lambda o=o: paddle.sum(o), "reduce_sum", {"X": o},
-                              {"dim": [], "reduce_all": True, "keep_dim": False}) for o in outs]
-            total = sums[0]
-            for s in sums[1:]:
-                total = total + s
-            paddle.static.gradients([total], [v for n, v in xs.items() if not v.stop_gradient])
-        if ir == "pir":
-            return {op.name() for op in main.global_block().ops}
-        return {op.type for op in main.global_block().ops}
 
 
 def expect_ops(build, feeds, ir, legacy: set, pir: set):

@@ -8,6 +8,7 @@ import pytest
 
 import paddle_ngraph
 from harness import IRS, check_against_paddle, ir_guard, run_function, sync_batch_norm_program
+from helpers import TOL
 from paddle_ngraph.frontend import ConversionSession, decode
 from paddle_ngraph.ir.ops.collective import STATISTICS_BUCKET, is_statistics
 from paddle_ngraph.passes import InsertAllReduce, PassManager
@@ -15,7 +16,6 @@ from paddle_ngraph.backends.cpu.passes.liveness import Liveness
 
 rng = np.random.default_rng(0)
 W = rng.standard_normal((3, 5, 5)).astype("float32")
-TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-10, atol=1e-12)}
 
 
 def _bn2d(channels, **kwargs):

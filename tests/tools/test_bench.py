@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.distributed
 def test_bench_smoke_runs_ours_and_paddle_and_reports_what_cannot_run(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -34,6 +37,7 @@ def test_bench_help():
     assert proc.returncode == 0 and "torch-ddp" in proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_accumulate_steps_runs_each_k_and_counts_k_micro_batches_per_step(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -61,6 +65,7 @@ def test_bench_accumulate_tool_reports_every_k():
     assert [r[0] for r in rows] == ["1", "2"] and rows[0][-1] == "1.00" and all(float(r[2]) > 0 for r in rows)
 
 
+@pytest.mark.distributed
 def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -73,6 +78,7 @@ def test_bench_compress_option_reaches_the_ngraph_systems(tmp_path):
     assert report["results"][0]["result"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_bench_recompute_both_reports_the_smaller_arena(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--smoke", "--no-allreduce",
@@ -86,6 +92,7 @@ def test_bench_recompute_both_reports_the_smaller_arena(tmp_path):
     assert "| transformer_layer | ngraph-cpu rc | 1 |" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.distributed
 def test_bench_scaling_pairs_each_n_rank_run_with_its_one_rank_reference_in_every_round(tmp_path):
     out = tmp_path / "scaling.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--scaling", "--smoke",
@@ -112,6 +119,7 @@ def test_bench_scaling_pairs_each_n_rank_run_with_its_one_rank_reference_in_ever
     assert "| mnist_mlp | ngraph-ccl | 2 |" in (tmp_path / "scaling.md").read_text()
 
 
+@pytest.mark.slow
 def test_bench_precision_pairs_fp32_and_bf16_of_each_system_in_every_round(tmp_path):
     out = tmp_path / "precision.json"
     systems = "ngraph-cpu,paddle" + (",torch-ddp" if importlib.util.find_spec("torch") else "")
@@ -147,6 +155,7 @@ def test_bench_precision_refuses_what_it_cannot_compare():
         assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr[-500:])
 
 
+@pytest.mark.slow
 def test_bench_threads_compares_the_default_with_one_thread():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_threads.py"), "--models", "mnist_mlp",
                            "--rounds", "1", "--steps", "2", "--warmup", "1", "--batch", "8"],

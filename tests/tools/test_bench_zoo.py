@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -15,6 +17,7 @@ def run(*args):
                           env=quiet_env())
 
 
+@pytest.mark.slow
 def test_smoke_with_and_without_fallback():
     proc = run("--models", "squeezenet1_1", "--rounds", "1", "--steps", "1", "--warmup", "1", "--batch", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from paddle_ngraph.quiet import quiet_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow  # converts and trains every vision model: about 2 min here
 def test_docs_coverage_md_is_up_to_date():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "coverage.py"), "--check"],
                           capture_output=True, text=True, timeout=900, env=quiet_env())

@@ -73,6 +73,7 @@ def test_a_rate_alone_is_a_token_bucket():
     assert "tc qdisc add dev eth0 root tbf rate 10gbit burst 1250000 latency 50ms" in proc.stdout, proc.stdout
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_rate_limited_links_are_in_place_during_the_job():
     probe = tool("--rate", "1gbit", "--probe")
@@ -104,17 +105,20 @@ def run_across_hosts(launcher):
     assert f"{launcher}: exit code 0" in run.stderr
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_mpirun_across_two_namespaces():
     run_across_hosts("mpirun")
 
 
+@pytest.mark.distributed
 @needs_netns
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport (paddle launch's) is not built")
 def test_paddle_launch_across_two_namespaces():
     run_across_hosts("paddle")
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_two_hosts_of_two_ranks_choose_the_hierarchical_allreduce():
     """hierarchical: auto groups the ranks by host name (host1, host2): 2 nodes of 2 ranks."""
@@ -126,6 +130,7 @@ def test_two_hosts_of_two_ranks_choose_the_hierarchical_allreduce():
     assert_cleaned_up()
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_namespaces_removed_after_a_failed_job():
     proc = tool("--", "--steps", "not-a-number")
@@ -134,6 +139,7 @@ def test_namespaces_removed_after_a_failed_job():
     assert_cleaned_up()
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_namespaces_removed_after_ctrl_c():
     env = quiet_env(PYTHONPATH=ROOT)
@@ -154,6 +160,7 @@ def test_namespaces_removed_after_ctrl_c():
     assert_cleaned_up()
 
 
+@pytest.mark.distributed
 @needs_netns
 def test_cleanup_removes_what_a_killed_run_left_and_a_new_run_refuses_until_then():
     # What a SIGKILLed run leaves: a namespace with its hosts folder, and the bridge.

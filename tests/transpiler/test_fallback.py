@@ -153,7 +153,8 @@ def test_release_frees_the_engines():
 
 @pytest.mark.parametrize("name, hidden", [
     ("squeezenet1_1", ["pd_op.squeeze", "pd_op.squeeze_grad"]),            # the classifier head
-    ("mobilenet_v3_small", ["pd_op.hardswish", "pd_op.hardswish_grad"]),   # dozens of segments
+    pytest.param("mobilenet_v3_small", ["pd_op.hardswish", "pd_op.hardswish_grad"],  # dozens of segments
+                 marks=pytest.mark.slow),
 ])
 def test_zoo_model_with_ops_left_to_paddle(name, hidden, hide_converters):
     """A model whose op types the engine is made to lack (hidden from the converter table) trains

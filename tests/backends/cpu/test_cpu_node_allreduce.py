@@ -4,14 +4,14 @@ results against NumPy, the collective choice of path, a killed rank."""
 import ast
 import os
 import re
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "distributed"))
-from launch_util import launch  # noqa: E402
-from mpi_util import mpirun  # noqa: E402
+from ranks import run_ranks  # noqa: E402
 from paddle_ngraph.distributed.ccl import available as ccl_available  # noqa: E402
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_allreduce_worker.py")
 
@@ -39,8 +39,7 @@ def none_went_over_shared_memory(stdout: str, nranks: int) -> bool:
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_shared_memory_allreduce_matches_numpy(nranks):
-    proc = mpirun(nranks, WORKER, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, nranks, timeout=300)
     assert proc.stdout.count("native allreduce matches NumPy") == nranks
     assert described(proc.stdout) == {f"shared memory among the {nranks} ranks of the node"}
     assert every_kind_went_over_shared_memory(proc.stdout, nranks), proc.stdout[-3000:]
@@ -51,8 +50,7 @@ needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is
 
 @needs_ccl
 def test_ccl_transport_under_mpirun_takes_it_too():
-    proc = mpirun(3, WORKER, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, 3, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl"})
     assert proc.stdout.count("native allreduce matches NumPy") == 3
     assert described(proc.stdout) == {"shared memory among the 3 ranks of the node"}
     assert every_kind_went_over_shared_memory(proc.stdout, 3), proc.stdout[-3000:]
@@ -60,8 +58,7 @@ def test_ccl_transport_under_mpirun_takes_it_too():
 
 @needs_ccl
 def test_ccl_transport_under_paddle_launch_takes_it_too():
-    code, logs = launch(2, WORKER, timeout=300)
-    assert code == 0, logs[-4000:]
+    logs = run_ranks(WORKER, 2, timeout=300, launcher="launch").output
     assert set(re.findall(r"\[rank (\d)\] native allreduce matches NumPy", logs)) == {"0", "1"}
     assert described(logs) == {"shared memory among the 2 ranks of the node"}
     assert every_kind_went_over_shared_memory(logs, 2), logs[-4000:]
@@ -69,15 +66,13 @@ def test_ccl_transport_under_paddle_launch_takes_it_too():
 
 @needs_ccl
 def test_ccl_transport_switched_off_on_one_rank_uses_its_own_allreduce():
-    proc = mpirun(2, WORKER, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl", "PDNG_TEST_SHM_OFF_RANK": "0"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, 2, timeout=300, env={"PDNG_TEST_TRANSPORT": "ccl", "PDNG_TEST_SHM_OFF_RANK": "0"})
     assert described(proc.stdout) == {"the transport's allreduce (no shared memory: switched off on rank 0)"}
     assert none_went_over_shared_memory(proc.stdout, 2), proc.stdout[-3000:]
 
 
 def test_one_rank_switching_it_off_sends_every_rank_to_mpi():
-    proc = mpirun(2, WORKER, timeout=300, env={"PDNG_TEST_SHM_OFF_RANK": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_ranks(WORKER, 2, timeout=300, env={"PDNG_TEST_SHM_OFF_RANK": "1"})
     assert proc.stdout.count("native allreduce matches NumPy") == 2
     assert described(proc.stdout) == {"MPI_Allreduce on MPI_COMM_WORLD (no shared memory: switched off on rank 1)"}
     assert none_went_over_shared_memory(proc.stdout, 2), proc.stdout[-3000:]
@@ -85,7 +80,7 @@ def test_one_rank_switching_it_off_sends_every_rank_to_mpi():
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_a_rank_killed_before_an_allreduce_is_named_by_the_others(nranks):
-    proc = mpirun(nranks, WORKER, "--kill", timeout=60)
+    proc = run_ranks(WORKER, nranks, "--kill", timeout=60, check=False)
     assert proc.returncode != 0
     for rank in [0] + list(range(2, nranks)):
         match = re.search(rf"\[rank {rank}\] after ([0-9.]+) s: ExecutionError: .*", proc.stdout)
