@@ -266,7 +266,11 @@ memory::desc operand_md(const std::vector<int64_t>& batch, int64_t rows, int64_t
   dims.push_back(rows);
   dims.push_back(cols);
   memory::dims strides(nb + 2);
-  if (transposed) {
+  // A matrix with one row or one column is the same memory stored transposed or not. It is then
+  // described as row-major: the transposed strides would be (1, 1), which some of oneDNN's
+  // AVX-512 implementations read as another layout (wrong products measured on an Intel Xeon with
+  // AVX-512: the input gradient of a [?x1] @ [1x5] linear layer).
+  if (transposed && rows > 1 && cols > 1) {
     strides[nb] = 1;
     strides[nb + 1] = rows;
   } else {

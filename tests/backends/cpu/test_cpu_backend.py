@@ -39,6 +39,28 @@ def test_each_batch_size_is_compiled_once_and_matches_the_interpreter():
     assert len(cpu._specializations) == 2
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("a_shape, b_shape, ta, tb", [
+    ((7, 1), (5, 1), False, True),   # the input gradient of a Linear with one input feature
+    ((1, 7), (5, 1), True, True),
+    ((1, 7), (1, 5), True, False),
+    ((7, 1), (1, 5), False, False),
+    ((7, 3), (5, 3), False, True),
+    ((3, 7), (3, 5), True, False),
+    ((2, 7, 1), (5, 1), False, True),
+])
+def test_matmul_with_a_dimension_of_one_stored_transposed_matches_the_interpreter(a_shape, b_shape, ta, tb, dtype):
+    """A one-row or one-column operand marked transposed: some of oneDNN's AVX-512 matmuls read the
+    strides such an operand had, (1, 1), as another layout and gave wrong products."""
+    a = ops.Parameter(dtype=dtype, shape=a_shape, name="a")
+    b = ops.Parameter(dtype=dtype, shape=b_shape, name="b")
+    f = Function([a, b], {"c": ops.MatMul(a.output(), b.output(), transpose_a=ta, transpose_b=tb).output()})
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)]
+    expected = get_backend("INTERPRETER").compile(f).call(inputs)[0]
+    np.testing.assert_allclose(get_backend("CPU").compile(f).call(inputs)[0], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_bad_label_names_the_node():
     f = linear_softmax()
     inputs = [np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), np.array([[1], [7]])]
