@@ -280,6 +280,7 @@ STATEFUL = [(ir, m, o) for m in ("conv", "mlp") for ir in IRS for o in ("adam", 
 CASES = [(ir, m, "sgd") for m in sorted(MODELS) for ir in MODELS[m][3]]
 
 
+@pytest.mark.slow  # trains each model three times, and asks a child process whether Paddle runs it
 @pytest.mark.parametrize("ir,model,optimizer", CASES + STATEFUL)
 def test_amp_program_trains_like_paddle(ir, model, optimizer):
     _, init, _ = _train(ir, model, amp=False, optimizer=optimizer)  # float32 initial values, shared by every run

@@ -79,6 +79,7 @@ CONFIGS = {"default": ({}, []),
                                ["--set", "accumulate_steps=2", "--precision", "bf16"])}
 
 
+@pytest.mark.slow  # each transpiles and dumps a whole model twice
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_dump_equals_transpile(name, ir, capsys):
