@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from ..ir import Output
-from ..ir.ops import COMPRESSIBLE_REDUCTIONS, AllReduce, compression_for  # noqa: F401 (the rule, re-exported)
+from ..ir.ops import AllReduce, compression_for
 
 
 def plan_buckets(sizes: Sequence[int], keys: Sequence[Hashable], bucket_bytes: int,

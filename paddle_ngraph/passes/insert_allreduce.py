@@ -29,7 +29,8 @@ from ..errors import ConfigError
 from ..ir import Function
 from ..ir.ops.collective import COLLECTIVE_OPS, COMPRESSIONS
 from ..ir.ops.optimizer import OptimizerUpdate
-from .allreduce_buckets import COMPRESSIBLE_REDUCTIONS, allreduce_in_buckets, dtype_groups, emit_allreduce
+from ..ir.ops import COMPRESSIBLE_REDUCTIONS
+from .allreduce_buckets import allreduce_in_buckets, dtype_groups, emit_allreduce
 from .base import FunctionPass
 
 

@@ -237,12 +237,6 @@ class Lowered:
         return LocalSGD(config.localsgd_k_steps, config.localsgd_begin_step, config.localsgd_adaptive, split.local,
                         split.params, split.snapshots)
 
-    def variants(self) -> list[Function]:
-        """Every function the engine compiles: the main one, then accumulation's or local SGD's other."""
-        others = [p.accumulate for p in self.passes if isinstance(p, BuildAccumulate)]
-        others += [p.local for p in self.passes if isinstance(p, SplitLocalSGD)]
-        return [self.function, *others]
-
 
 def run_pipeline(function: Function, passes: list[FunctionPass], dump_dir: str | None = None) -> Lowered:
     """Runs ``passes`` on ``function`` (in place) through the pass manager: validation after each
