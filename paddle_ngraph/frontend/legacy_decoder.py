@@ -25,13 +25,15 @@ def _role(op) -> str:
 
 def _kind(var) -> str:
     """What the variable holds: DENSE for a (LoD) dense tensor, else Paddle's name of its type in
-    lower case (``step_scopes``, ``lod_tensor_array``, ``selected_rows``, ``reader``, ``raw``,
+    lower case (``step_scopes``, ``tensor_array`` (both names of it), ``selected_rows``, ``reader``, ``raw``,
     ``feed_minibatch``, ``fetch_list``, ``strings``, ``vocab``, ...)."""
     from paddle.base import core
 
     kind = var.desc.type()
     if kind in (core.VarDesc.VarType.DENSE_TENSOR, core.VarDesc.VarType.LOD_TENSOR):
         return DENSE
+    if kind in (core.VarDesc.VarType.DENSE_TENSOR_ARRAY, core.VarDesc.VarType.LOD_TENSOR_ARRAY):
+        return "tensor_array"  # as PIR names it
     return str(getattr(kind, "name", kind)).split(".")[-1].lower()
 
 

@@ -132,8 +132,10 @@ def _check_plan(view, plan, config, nranks: int):
     an update in a sub-block whose gradient nothing averages; says what falls back and why."""
     if nranks > 1 and plan.unaveraged:
         op, name = plan.unaveraged[0]
-        raise ConfigError(f"{op.location()}: an optimizer update in its sub-block reads the gradient '{name}', which "
-                          f"an op left to Paddle makes; on {nranks} ranks nothing averages it before the update")
+        what = (f"an optimizer update in its sub-block reads the gradient '{name}', which an op left to Paddle makes"
+                if op.control_flow else f"its gradient '{name}' is {view.vars[name].kind}, which the engine does "
+                                        f"not hold")
+        raise ConfigError(f"{op.location()}: {what}; on {nranks} ranks nothing averages it before the update")
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
         what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
                 else "localsgd_k_steps (local SGD)")

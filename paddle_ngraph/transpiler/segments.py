@@ -227,6 +227,7 @@ class _Block:
     """Block 0's ops, their positions, and which op last wrote a name before a position."""
 
     def __init__(self, view: ProgramView):
+        self.view = view
         self.ops = [op for op in view.ops if op.block == 0]
         self.position = {id(op): i for i, op in enumerate(self.ops)}
         self.writers: dict[str, list] = {}
@@ -354,9 +355,10 @@ def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segment
                     owner.allreduce.append(name)
                 if name not in owner.outputs:
                     owner.outputs.append(name)
-            elif op.control_flow:
+            elif op.control_flow or _kind(block0, name) != DENSE:
                 # A collective-only segment hands its update an averaged copy under a new name; the
-                # ops of a sub-block read the gradient by its own name. transpile refuses it on ranks.
+                # ops of a sub-block read the gradient by its own name. Nor does an engine average
+                # selected rows (a sparse embedding's gradient). transpile refuses both on ranks.
                 unaveraged.append((op, name))
             else:
                 collective_only.append(Segment(-1, [], inputs=[name], outputs=[name], allreduce=[name], before_op=op))
@@ -366,6 +368,11 @@ def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segment
     for i, seg in enumerate(ordered):
         seg.index = i
     return ordered
+
+
+def _kind(block0: _Block, name: str) -> str:
+    info = block0.view.vars.get(name)
+    return info.kind if info is not None else DENSE
 
 
 def _order_inputs(view, block0: _Block, fallback: list, segments: list):
