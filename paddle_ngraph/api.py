@@ -1,13 +1,25 @@
 """The public entry points: convert, unsupported_ops."""
 from __future__ import annotations
 
-from .frontend import ConversionSession, decode, find_unsupported, forward_sinks
+from .frontend import ConversionSession, decode, forward_sinks
 from .ir import Function
 
 
-def unsupported_ops(program) -> list[dict]:
-    """Op types without a converter: ``[{op_type, count, block, op_index, outputs}]``, empty if none."""
-    return find_unsupported(decode(program))
+def unsupported_ops(program, config=None, **overrides) -> list[dict]:
+    """The ops ``transpile`` leaves to Paddle, by type, read from the segment plan it executes
+    (``transpiler/lowering.py`` ``plan_program``, for one rank): ``[{op_type, count, block, op_index,
+    outputs, reason, detail}]``, empty when the engine runs the whole program. ``reason`` is why:
+    ``no converter``, ``refused`` (the converter, the IR or the backend refused it as it is),
+    ``variable kind`` (it touches something other than a dense tensor) or ``control flow`` (its
+    sub-blocks run in Paddle); ``detail`` says it for the type's first op. ``config`` and keyword
+    ``overrides``: as for ``transpile`` (the backend decides some refusals)."""
+    from .backends import backend_for
+    from .transpiler import options
+    from .transpiler.lowering import plan_program
+
+    config = options(config, overrides, "unsupported_ops")
+    plan, _ = plan_program(decode(program), config.replace("unsupported_ops", fallback=True), 1, backend_for(config))
+    return plan.left_to_paddle()
 
 
 def convert(program, fetch_list=None, name: str | None = None, sync_batch_norm: bool = False) -> Function:

@@ -5,7 +5,7 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import (BACKWARD, CAPTURED, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+from .program_view import (BACKWARD, CAPTURED, DENSE, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
                            paddle_load_error, read_program_bytes)
 
 # op_role bits (paddle/fluid/framework/op_proto_maker.h)
@@ -23,6 +23,20 @@ def _role(op) -> str:
     return FORWARD
 
 
+def _kind(var) -> str:
+    """What the variable holds: DENSE for a (LoD) dense tensor, else Paddle's name of its type in
+    lower case (``step_scopes``, ``tensor_array`` (both names of it), ``selected_rows``, ``reader``, ``raw``,
+    ``feed_minibatch``, ``fetch_list``, ``strings``, ``vocab``, ...)."""
+    from paddle.base import core
+
+    kind = var.desc.type()
+    if kind in (core.VarDesc.VarType.DENSE_TENSOR, core.VarDesc.VarType.LOD_TENSOR):
+        return DENSE
+    if kind in (core.VarDesc.VarType.DENSE_TENSOR_ARRAY, core.VarDesc.VarType.LOD_TENSOR_ARRAY):
+        return "tensor_array"  # as PIR names it
+    return str(getattr(kind, "name", kind)).split(".")[-1].lower()
+
+
 def _dtype(var) -> DType | None:
     from paddle.base import core
     from paddle.base.data_feeder import convert_dtype
@@ -36,19 +50,27 @@ def _dtype(var) -> DType | None:
 
 
 def _var_info(var) -> VarInfo:
+    """Any kind of variable; only a dense tensor has a shape and dtype here. Paddle refuses
+    ``shape``/``dtype`` of the kinds without a tensor description (step scopes, readers, raw)
+    with a RuntimeError, and the engine does not hold the others (tensor arrays, selected rows)."""
     import paddle
 
-    try:
-        shape = tuple(int(d) for d in var.shape)
-    except (ValueError, TypeError, AttributeError):
-        shape = ()
+    kind = _kind(var)
+    shape, dtype = (), None
+    if kind == DENSE:
+        try:
+            shape = tuple(int(d) for d in var.shape)
+        except (ValueError, TypeError, AttributeError):
+            shape = ()
+        dtype = _dtype(var)
     is_param = isinstance(var, paddle.base.framework.Parameter)
     return VarInfo(
-        name=var.name, dtype=_dtype(var), shape=shape,
+        name=var.name, dtype=dtype, shape=shape,
         persistable=bool(var.persistable), is_parameter=is_param,
         trainable=bool(getattr(var, "trainable", True)) if is_param else False,
         is_data=bool(getattr(var, "is_data", False)),
         is_distributed=bool(getattr(var, "is_distributed", False)),
+        kind=kind,
     )
 
 
@@ -71,7 +93,9 @@ def decode_program(program, source: str = "<legacy program>") -> ProgramView:
                     view.attrs[normalize(attr)] = op.attr(attr)
             sub_blocks = _sub_blocks(program, op)
             if sub_blocks:
-                view.inputs[CAPTURED] = _captured_names(program, sub_blocks)
+                view.control_flow = True
+                view.inputs[CAPTURED], view.outputs[CAPTURED] = _captured_names(program, sub_blocks)
+                view.nested_updates = _nested_updates(program, sub_blocks)
             ops.append(view)
     return ProgramView(ir="legacy", ops=ops, vars=variables, source=source, native=program)
 
@@ -82,24 +106,54 @@ def _sub_blocks(program, op) -> list:
         if op.has_attr(attr):
             value = op.attr(attr)
             for block in value if isinstance(value, (list, tuple)) else [value]:
-                indices.append(block.idx if hasattr(block, "idx") else int(block))
+                # A Block, a BlockDesc (what Operator.attr gives) or an index.
+                indices.append(block.idx if hasattr(block, "idx") else block.id if hasattr(block, "id") else int(block))
     return [program.block(i) for i in indices]
 
 
-def _captured_names(program, blocks) -> list[str]:
-    """Variables of enclosing blocks that the ops of ``blocks`` (and their own sub-blocks) read."""
-    defined, reads = set(), []
+def _captured_names(program, blocks) -> tuple[list[str], list[str]]:
+    """Variables of enclosing blocks that the ops of ``blocks`` (and of their own sub-blocks,
+    recursively) read before writing them, and those they write: ``(reads, writes)``. A variable
+    a sub-block declares itself is its own, neither."""
+    own: set[str] = set()
+    defined, reads, writes = set(), [], []
 
     def walk(block):
+        own.update(block.vars)
         for op in block.ops:
             reads.extend(n for slot in op.input_names for n in op.input(slot) if n not in defined)
-            defined.update(n for slot in op.output_names for n in op.output(slot))
+            for slot in op.output_names:
+                for name in op.output(slot):
+                    defined.add(name)
+                    writes.append(name)
             for sub in _sub_blocks(program, op):
                 walk(sub)
 
     for block in blocks:
         walk(block)
-    return list(dict.fromkeys(reads))
+    outer = lambda names: [n for n in dict.fromkeys(names) if n not in own]  # noqa: E731
+    return outer(reads), outer(writes)
+
+
+def _nested_updates(program, blocks) -> list[tuple[str, str]]:
+    """(parameter, gradient) of the optimizer updates (op_role Optimize, with Param and Grad) in
+    ``blocks`` and their sub-blocks whose gradient is a variable of the enclosing blocks."""
+    own: set[str] = set()
+    updates = []
+
+    def walk(block):
+        own.update(block.vars)
+        for op in block.ops:
+            if _role(op) == OPTIMIZE and "Param" in op.input_names and "Grad" in op.input_names:
+                params, grads = op.input("Param"), op.input("Grad")
+                if params and grads:
+                    updates.append((params[0], grads[0]))
+            for sub in _sub_blocks(program, op):
+                walk(sub)
+
+    for block in blocks:
+        walk(block)
+    return [(p, g) for p, g in updates if g not in own]
 
 
 def load_program_file(path: str):

@@ -12,7 +12,7 @@ import os
 
 from ..errors import ProgramFileError
 from ..ir.types import DType
-from .program_view import (BACKWARD, CAPTURED, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
+from .program_view import (BACKWARD, CAPTURED, DENSE, FORWARD, OPTIMIZE, OpView, ProgramView, VarInfo, normalize,
                            paddle_load_error, read_program_bytes)
 
 _BOOKKEEPING_ATTRS = {"op_callstack", "stop_gradient", "struct_name", "place", "persistable",
@@ -136,16 +136,21 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
             if attr not in _BOOKKEEPING_ATTRS:
                 view.attrs[normalize(attr)] = value
         if op.num_regions():
-            captured = [value_name(v) for v in _captured_values(op)]
-            view.inputs[CAPTURED] = [n for n in dict.fromkeys(captured) if n]
+            view.control_flow = True
+            reads, writes = _captured_values(op)
+            view.inputs[CAPTURED] = [n for n in dict.fromkeys(map(value_name, reads)) if n]
+            view.outputs[CAPTURED] = [n for n in dict.fromkeys(map(value_name, writes)) if n]
+            view.nested_updates = [(value_name(p), value_name(g)) for p, g in _nested_updates(op)
+                                   if value_name(p) and value_name(g)]
         ops_out.append(view)
     return ProgramView(ir="pir", ops=ops_out, vars=variables, source=source, native=program, value_names=names, values=values)
 
 
-def _captured_values(op) -> list:
-    """Values defined outside ``op`` that the ops of its regions read (PIR regions capture outer
-    values implicitly, without listing them as operands of ``op``)."""
-    inner, reads = set(), []
+def _captured_values(op) -> tuple[list, list]:
+    """Values defined outside ``op`` that the ops of its regions (and their nested regions) read
+    (PIR regions capture outer values implicitly, without listing them as operands of ``op``),
+    and those of them that in-place ops there update: ``(reads, writes)``."""
+    inner, reads, writes = set(), [], []
 
     def walk(block):
         args, kwargs = block.args, block.kwargs
@@ -155,13 +160,48 @@ def _captured_values(op) -> list:
         for inner_op in block.ops:
             for result in inner_op.results():
                 inner.add(result.id)
-            reads.extend(v for v in inner_op.operands_source() if v is not None and v.initialized())
+            operands = [v for v in inner_op.operands_source() if v is not None and v.initialized()]
+            reads.extend(operands)
+            writes.extend(_updated_in_place(inner_op))
             for sub in inner_op.blocks():
                 walk(sub)
 
     for block in op.blocks():
         walk(block)
-    return [v for v in reads if v.id not in inner]
+    return [v for v in reads if v.id not in inner], [v for v in writes if v.id not in inner]
+
+
+def _nested_updates(op) -> list:
+    """(parameter, gradient) values of the optimizer updates in ``op``'s regions, nested ones too
+    (the caller keeps those whose gradient is an outer value)."""
+    updates = []
+
+    def walk(block):
+        for inner_op in block.ops:
+            if _is_optimizer(inner_op):
+                inputs, operands = _slot_names(inner_op)[0], inner_op.operands_source()
+                slots = dict(zip(inputs, operands))
+                updates.append((slots["param"], slots["grad"]))
+            for sub in inner_op.blocks():
+                walk(sub)
+
+    for block in op.blocks():
+        walk(block)
+    return updates
+
+
+def _updated_in_place(op) -> list:
+    """The operands an in-place op (``assign_out_``, ``sgd_``) updates: those whose slot has an
+    ``<slot>_out`` result."""
+    if not _is_inplace(op.name()):
+        return []
+    in_slots, out_slots = _slot_names(op)
+    operands = op.operands_source()
+    if len(in_slots) != len(operands):
+        return []
+    outs = {normalize(slot) for slot in out_slots}
+    return [v for slot, v in zip(in_slots, operands)
+            if normalize(slot) + "out" in outs and v is not None and v.initialized()]
 
 
 def _slot_names(op) -> tuple[list, list]:
@@ -195,10 +235,33 @@ def _result_name(op, op_name, index, slot, key, view) -> str:
     return f"%{index}.{slot}"
 
 
+def _kind(value) -> str:
+    """DENSE for a dense tensor; else what the value holds (``tensor_array``, ``selected_rows``,
+    ``sparse_coo``, ``sparse_csr``, or the type's own name), which the engine does not hold."""
+    try:
+        text = str(value.type())
+    except (AttributeError, RuntimeError, TypeError):
+        text = ""
+    if text.startswith("vec["):  # a list of values (split's results, combine's): dense if each is
+        items = [t.strip() for t in text[4:-1].split(",") if t.strip()]
+        return DENSE if all(t.startswith("tensor<") for t in items) else "vector"
+    for test, kind in (("is_dense_tensor_type", DENSE), ("is_dist_dense_tensor_type", DENSE),
+                       ("is_dense_tensor_array_type", "tensor_array"),
+                       ("is_selected_row_type", "selected_rows"), ("is_sparse_coo_tensor_type", "sparse_coo"),
+                       ("is_sparse_csr_tensor_type", "sparse_csr")):
+        try:
+            if getattr(value, test)():
+                return kind
+        except (AttributeError, RuntimeError, TypeError):
+            continue
+    return text.split("<")[0].strip() or "unknown"
+
+
 def _var_info(op, op_name, name, value, result: int = 0) -> VarInfo:
     attrs = op.attrs()
+    kind = _kind(value)
     try:
-        shape = tuple(int(d) for d in value.shape)
+        shape = tuple(int(d) for d in value.shape) if kind == DENSE else ()
     except (ValueError, TypeError, RuntimeError, AttributeError):
         shape = ()
     is_param = op_name == "builtin.parameter"
@@ -211,7 +274,7 @@ def _var_info(op, op_name, name, value, result: int = 0) -> VarInfo:
         return bool(v)
 
     return VarInfo(
-        name=name, dtype=_dtype(value), shape=shape,
+        name=name, dtype=_dtype(value) if kind == DENSE else None, shape=shape, kind=kind,
         persistable=bool(getattr(value, "persistable", False)) or is_param or flag("persistable"),
         is_parameter=is_param, trainable=flag("trainable", True) if is_param else False,
         is_data=op_name == "pd_op.data" and not flag("persistable"),

@@ -15,10 +15,16 @@ from ..errors import ProgramFileError
 from ..ir.types import DType
 
 FORWARD, BACKWARD, OPTIMIZE = "forward", "backward", "optimize"
-# The input slot of a control-flow op (PIR ``pd_op.if``/``while``, legacy ``conditional_block``)
-# listing the outer values its sub-blocks read: PIR regions use outer values without operands,
-# and legacy sub-block ops read block-0 variables by name. The engine must leave them readable.
+# The slot of a control-flow op (PIR ``pd_op.if``/``while``, legacy ``conditional_block``/``while``)
+# listing, among its inputs, the outer values its sub-blocks read (PIR regions use outer values
+# without operands, legacy sub-block ops read outer variables by name) and, among its outputs,
+# the outer variables they write (legacy sub-block ops write outer variables by name). Nested
+# sub-blocks count: the engine must hand the op what they read and read again what they wrote.
 CAPTURED = "captured"
+# What a variable holds. The engine holds dense tensors only; an op reading or writing any other
+# kind (a tensor array, selected rows, the step scopes of a sub-block, a reader, strings, ...)
+# stays with Paddle (transpiler/segments.py). Legacy names follow Paddle's ``VarDesc.VarType``.
+DENSE = "dense"
 
 
 def normalize(name: str) -> str:
@@ -35,6 +41,7 @@ class VarInfo:
     trainable: bool = True
     is_data: bool = False
     is_distributed: bool = False
+    kind: str = DENSE  # DENSE, or what else the variable holds (``tensor_array``, ``step_scopes``, ...)
 
 
 @dataclass
@@ -48,6 +55,11 @@ class OpView:
     attrs: dict = field(default_factory=dict)    # normalized name -> value
     slot_names: dict = field(default_factory=dict)  # normalized -> original spelling
     native: object = None                        # the decoder's own op object
+    control_flow: bool = False                   # holds sub-blocks (regions) that Paddle runs
+    # Optimizer updates inside its sub-blocks (nested ones too): (parameter, gradient) names of
+    # the enclosing block, where the gradient is a variable of it (a data-parallel run averages it
+    # before the op).
+    nested_updates: list = field(default_factory=list)
 
     def input_names(self) -> list[str]:
         return [n for names in self.inputs.values() for n in names if n]

@@ -104,7 +104,7 @@ def average_results(function: Function, names: list[str], reduction: str = "avg"
     """The function with the results ``fetch:<name>`` (gradients that an optimizer update left to
     Paddle reads) passed through one AllReduce per dtype: with the fallback, the update is not
     in the function, so ``InsertAllReduce`` cannot find the gradient from it."""
-    from ..ir.roles import FETCH_PREFIX
+    from ..ir.roles import FETCH_PREFIX, STATE_PREFIX
 
     results = dict(function.results)
     keys = [FETCH_PREFIX + n for n in names]
@@ -113,4 +113,10 @@ def average_results(function: Function, names: list[str], reduction: str = "avg"
     reduced = emit_allreduce(values, dtype_groups(values), reduction, compress,
                              lambda i: (f"{fallback}_{i}", f"allreduce_{fallback}_{i}"))
     results.update(zip(keys, reduced))
+    # A persistable gradient (GradientMergeOptimizer's sum of gradients) is also written back to its
+    # variable as state: the same variable Paddle reads, so it gets the average too.
+    for name, value, average in zip(names, values, reduced):
+        state = results.get(STATE_PREFIX + name)
+        if state is not None and state.node is value.node and state.index == value.index:
+            results[STATE_PREFIX + name] = average
     return Function(function.parameters, results, name=function.name)

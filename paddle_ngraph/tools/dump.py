@@ -523,15 +523,18 @@ def _render_svg(dot_text: str, path: str):
 
 def segment_lines(label: str, plan) -> list[str]:
     """The fallback plan of ``transpile`` (transpiler/segments.py), one block per segment and per
-    run of ops left to Paddle, in program order."""
+    run of ops left to Paddle, in program order, each of those with why (the plan's reason)."""
+    from ..transpiler.segments import NO_CONVERTER
+
     lines = [f"{PROG} segments: {label}: {len(plan.segments)} engine segment(s), {len(plan.fallback)} op(s) "
              f"left to Paddle"]
     events = [(seg.first.index, "segment", seg) for seg in plan.segments]
     events += [(op.index, "paddle", op) for op in plan.fallback]
     for _, kind, item in sorted(events, key=lambda e: (e[0], e[1] == "segment")):
         if kind == "paddle":
-            why = f"  ({plan.refused[id(item)]})" if id(item) in plan.refused else "  (no converter)"
-            lines.append(f"  paddle   op {item.index}: {item.type}{why}")
+            category, detail = plan.reason(item)
+            why = category if category == NO_CONVERTER else f"{category}: {detail}"
+            lines.append(f"  paddle   op {item.index}: {item.type}  ({why})")
             continue
         seg = item
         if seg.before_op is not None:

@@ -83,7 +83,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     compiler = backend_for(config)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
     plan, converted = plan_program(view, config, transport.size, compiler, fetch_list)
-    _check_plan(view, plan, config)
+    _check_plan(view, plan, config, transport.size)
     timeline = timeline_from_env(transport.rank, transport.size)
     if transport.size > 1:
         transport.set_hierarchical(config.hierarchical)
@@ -127,8 +127,15 @@ def _configured(program, config, overrides: dict):
     return view or decode(program), config
 
 
-def _check_plan(view, plan, config):
-    """Refuses what needs the whole program on the engine when ops fall back; says what falls back."""
+def _check_plan(view, plan, config, nranks: int):
+    """Refuses what needs the whole program on the engine when ops fall back, and on several ranks
+    an update in a sub-block whose gradient nothing averages; says what falls back and why."""
+    if nranks > 1 and plan.unaveraged:
+        op, name = plan.unaveraged[0]
+        what = (f"an optimizer update in its sub-block reads the gradient '{name}', which an op left to Paddle makes"
+                if op.control_flow else f"its gradient '{name}' is {view.vars[name].kind}, which the engine does "
+                                        f"not hold")
+        raise ConfigError(f"{op.location()}: {what}; on {nranks} ranks nothing averages it before the update")
     if len(plan.segments) > 1 and (config.zero_stage or config.accumulate_steps > 1 or config.localsgd_k_steps):
         what = ("zero_stage 1" if config.zero_stage else "accumulate_steps" if config.accumulate_steps > 1
                 else "localsgd_k_steps (local SGD)")
@@ -136,10 +143,9 @@ def _check_plan(view, plan, config):
                           f"{plan.fallback_summary()}")
     if plan.fallback:
         log.info("%s: %d op(s) left to Paddle (%s); %d engine segment(s)", view.source, len(plan.fallback),
-                 plan.fallback_summary(), len(plan.segments))
+                 plan.reason_summary(), len(plan.segments))
         for op in plan.fallback:
-            if id(op) in plan.refused:
-                log.debug("%s left to Paddle: %s", op.location(), plan.refused[id(op)])
+            log.debug("%s left to Paddle: %s: %s", op.location(), *plan.reason(op))
 
 
 def _start_paddle_state_equal(view, plan, engines, transport):
@@ -207,6 +213,7 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
                     on_first_run=initial_sync if transport.size > 1 else None, watchdog=watchdog, sharded=sharded,
                     timeline=timeline, links=links)
     engine.recomputed = lowered.recomputed
+    engine.plan, engine.segment = plan, seg  # the plan transpile executed: what runs here, what Paddle runs
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
                  len(engine.recomputed))

@@ -71,6 +71,10 @@ class SegmentLinks:
 class Engine:
     # Names of the forward nodes recomputed in backward (passes/recompute.py); set by transpile.
     recomputed: list = []
+    # The segment plan transpile executed (segments.Plan: the segments, the ops left to Paddle and
+    # why) and this engine's segment of it; set by transpile (None for a dygraph engine).
+    plan = None
+    segment = None
 
     def __init__(self, schedule: Schedule, fetch_names: list[str], transport=None, *, on_first_run=None,
                  watchdog=None, sharded=None, timeline=None, links: SegmentLinks | None = None):

@@ -102,9 +102,13 @@ def rewrite_pir(view, plan: Plan, engines: list):
     for op in sources:
         op.move_before(first_other)
     token = None
+    # Values an engine gave Paddle, by name: a later engine reading the same name from Paddle reads
+    # the engine's output (a control-flow op may have updated it in place in between).
+    current: dict = {}
+    value = lambda name: current.get(name, view.values[name])  # noqa: E731
     for seg, engine in zip(plan.segments, engines):
-        order = ([token] if token is not None else []) + [view.values[n] for n in seg.after]
-        inputs = [view.values[n] for n in engine.input_names] + order
+        order = ([token] if token is not None else []) + [value(n) for n in seg.after]
+        inputs = [value(n) for n in engine.input_names] + order
         with paddle.static.program_guard(program):
             paddle.pir.set_insertion_point(seg.first.native)
             op_type, token_slot = engine_op.op_for(len(seg.outputs))
@@ -118,6 +122,9 @@ def rewrite_pir(view, plan: Plan, engines: list):
             else:
                 accept = lambda user: user.id() not in removed_ids and user.id() != engine_op_id  # noqa: E731
             _replace_uses(view.values[name], outs[slot], accept)
+            info = view.vars.get(name)
+            if seg.before_op is None and not (info is not None and info.persistable):  # state: its variable
+                current[name] = outs[slot]
         token = outs[token_slot]
     # Check before removing anything: a half-removed PIR program aborts the process when freed.
     for op in removed:

@@ -20,12 +20,21 @@ What crosses a segment's border:
   read, cannot run a segment before the values it was handed are made or before
   a Paddle op that reads a parameter the segment updates in place.
 
+Why an op stays with Paddle (``Plan.reasons``, what ``unsupported_ops``, the dump tool and the
+``INFO`` line of ``transpile`` report): ``control flow`` (it holds sub-blocks: Paddle runs them,
+reading and writing the scope; what they read and write, nested blocks included, counts as the
+op's own inputs and outputs, the decoders' ``CAPTURED`` slot), ``variable kind`` (it reads or
+writes something other than a dense tensor: a tensor array, selected rows, step scopes, ...),
+``no converter``, or ``refused`` (its converter, the IR or the backend refused it as it is).
+
 Gradients: each is averaged across ranks exactly once, before its optimizer
 update reads it. An update converted by the engine gets its AllReduce from the
 ``insert_allreduce`` pass inside its segment, wherever the gradient came from.
 A gradient read by an update left to Paddle is averaged by the segment that
 produces it, before it leaves that segment (``Segment.allreduce``); if a Paddle op
-produced it too, a segment holding only that AllReduce runs just before the update.
+produced it too, a segment holding only that AllReduce runs just before the update. An update
+inside a control-flow op's sub-block (GradientMergeOptimizer's ``conditional_block``) is served
+the same way at the control-flow op: the gradient it reads, as the block holding the op has it.
 """
 from __future__ import annotations
 
@@ -34,11 +43,15 @@ from dataclasses import dataclass, field
 from ..errors import ConversionError
 from ..frontend import OP_TABLE, OPTIMIZE, SKIPPED_OPS, ProgramView, forward_sinks
 from ..frontend.converters.shape import XSHAPE_DIMS_ONLY
-from ..frontend.program_view import normalize
+from ..frontend.program_view import DENSE, normalize
 from .engine_op import MAX_VALUES  # values a segment can give Paddle: the operator's large size, less its token
 
 # Source ops: declarations of feeds and parameters, which stay where they are (moved first in PIR).
 SOURCE_OPS = {"feed", "fetch", "fetch_v2", "pd_op.data", "pd_op.feed", "pd_op.fetch", "builtin.parameter"}
+
+
+# Why an op stays with Paddle.
+CONTROL_FLOW, VARIABLE_KIND, NO_CONVERTER, REFUSED = "control flow", "variable kind", "no converter", "refused"
 
 
 @dataclass
@@ -65,12 +78,75 @@ class Plan:
     kept: list                                             # OpView left to Paddle (fallback ops, sinks, constants)
     fallback: list                                         # the ops the engine lacks, in program order
     refused: dict = field(default_factory=dict)            # id(op) -> why its converter refused it
+    reasons: dict = field(default_factory=dict)            # id(op) -> (category, detail) of every fallback op
+    # (control-flow op, gradient): an update in its sub-block reads a gradient no segment makes
+    # (a Paddle op does): on several ranks nothing could average it before the update.
+    unaveraged: list = field(default_factory=list)
+
+    def reason(self, op) -> tuple[str, str]:
+        """(category, detail) of why ``op`` (one of ``fallback``) stays with Paddle."""
+        return self.reasons[id(op)]
 
     def fallback_summary(self) -> str:
         counts: dict[str, int] = {}
         for op in self.fallback:
             counts[op.type] = counts.get(op.type, 0) + 1
         return ", ".join(f"{t} x{n}" if n > 1 else t for t, n in counts.items())
+
+    def reason_summary(self) -> str:
+        """The categories of the fallback with their op types: ``control flow: conditional_block; ...``."""
+        by_category: dict[str, dict[str, int]] = {}
+        for op in self.fallback:
+            counts = by_category.setdefault(self.reasons[id(op)][0], {})
+            counts[op.type] = counts.get(op.type, 0) + 1
+        return "; ".join(f"{category}: " + ", ".join(f"{t} x{n}" if n > 1 else t for t, n in counts.items())
+                         for category, counts in by_category.items())
+
+    def left_to_paddle(self) -> list[dict]:
+        """The ops left to Paddle by type, in program order of each type's first op:
+        ``[{op_type, count, block, op_index, outputs, reason, detail}]`` (``reason``: the category,
+        ``detail``: why, for the first op of the type)."""
+        first: dict[str, object] = {}
+        counts: dict[str, int] = {}
+        for op in self.fallback:
+            first.setdefault(op.type, op)
+            counts[op.type] = counts.get(op.type, 0) + 1
+        return [{"op_type": t, "count": counts[t], "block": op.block, "op_index": op.index,
+                 "outputs": list(dict.fromkeys(op.output_names())), "reason": self.reasons[id(op)][0], "detail": self.reasons[id(op)][1]}
+                for t, op in first.items()]
+
+
+def structural_reason(view: ProgramView, op) -> tuple[str, str] | None:
+    """Why ``op`` stays with Paddle whatever the converters say: it holds sub-blocks, or it reads or
+    writes a variable the engine cannot hold (not a dense tensor). None otherwise."""
+    if op.type in SKIPPED_OPS:
+        return None
+    if op.control_flow:
+        return CONTROL_FLOW, "its sub-blocks run in Paddle"
+    kinds = {}
+    for name in op.input_names() + op.output_names():
+        info = view.vars.get(name)
+        if info is not None and info.kind != DENSE:
+            kinds.setdefault(name, info.kind)
+    if kinds:
+        return VARIABLE_KIND, ", ".join(f"{name} is {kind}" for name, kind in kinds.items())
+    return None
+
+
+def fallback_reasons(view: ProgramView, ops, refused: dict) -> dict:
+    """``{id(op): (category, detail)}`` for the ops of ``ops`` left to Paddle."""
+    reasons = {}
+    for op in ops:
+        if op.type in SKIPPED_OPS:
+            continue
+        reason = structural_reason(view, op)
+        if reason is None and op.type not in OP_TABLE:
+            reason = NO_CONVERTER, f"no converter for {op.type}"
+        if reason is None and id(op) in refused:
+            reason = REFUSED, refused[id(op)]
+        if reason is not None:
+            reasons[id(op)] = reason
+    return reasons
 
 
 def _is_update(op) -> bool:
@@ -91,7 +167,7 @@ def refused_by_converters(view: ProgramView, backend=None, session=None) -> dict
     refused = {}
     seen: set[int] = set()
     for op in view.ops:
-        if op.block != 0 or op.type in SKIPPED_OPS or op.type not in OP_TABLE:
+        if op.block != 0 or op.type in SKIPPED_OPS or op.type not in OP_TABLE or structural_reason(view, op):
             continue
         refusal = session.try_convert(op)
         if refusal is not None:
@@ -124,8 +200,8 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     those in ``refused`` (``refused_by_converters``)."""
     refused = refused or {}
     block0 = _Block(view)
-    fallback = [op for op in block0.ops
-                if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused]
+    reasons = fallback_reasons(view, block0.ops, refused)
+    fallback = [op for op in block0.ops if id(op) in reasons]
     fallback_ids = {id(op) for op in fallback}
     anchors = _anchors(view, block0.ops, extra_fetch, fallback_ids)
     kept_ids = _kept(block0, fallback_ids | {id(op) for op in anchors})
@@ -134,7 +210,8 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     segment_of = {id(op): s for s in segments for op in s.ops}
     _wire_inputs(view, block0, segments, segment_of)
     _wire_outputs(block0, kept, kept_ids, segment_of)
-    segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of)
+    unaveraged: list = []
+    segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)
     _order_inputs(view, block0, fallback, segments)
     for seg in segments:
         if len(seg.outputs) > MAX_VALUES:
@@ -142,13 +219,15 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                 f"engine segment {seg.index} (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) would hand "
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
                 f"{MAX_VALUES} output slots for them")
-    return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids})
+    return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids}, reasons,
+                unaveraged)
 
 
 class _Block:
     """Block 0's ops, their positions, and which op last wrote a name before a position."""
 
     def __init__(self, view: ProgramView):
+        self.view = view
         self.ops = [op for op in view.ops if op.block == 0]
         self.position = {id(op): i for i, op in enumerate(self.ops)}
         self.writers: dict[str, list] = {}
@@ -259,14 +338,14 @@ def _wire_outputs(block0: _Block, kept: list, kept_ids: set, segment_of: dict):
                 owner.outputs.append(name)
 
 
-def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segments: list, segment_of: dict) -> list:
+def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segments: list, segment_of: dict,
+                                         unaveraged: list) -> list:
     """Gradients of updates left to Paddle: averaged where they are produced, or by a segment
     holding only that AllReduce, just before the update, if a Paddle op produced them."""
     collective_only = []
     for op in fallback:
-        if not _is_update(op):
-            continue
-        for name in op.inputs["grad"]:
+        grads = list(op.inputs["grad"]) if _is_update(op) else [grad for _, grad in op.nested_updates]
+        for name in dict.fromkeys(grads):
             if not name:
                 continue
             source = block0.producer(name, block0.position[id(op)])
@@ -276,6 +355,11 @@ def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segment
                     owner.allreduce.append(name)
                 if name not in owner.outputs:
                     owner.outputs.append(name)
+            elif op.control_flow or _kind(block0, name) != DENSE:
+                # A collective-only segment hands its update an averaged copy under a new name; the
+                # ops of a sub-block read the gradient by its own name. Nor does an engine average
+                # selected rows (a sparse embedding's gradient). transpile refuses both on ranks.
+                unaveraged.append((op, name))
             else:
                 collective_only.append(Segment(-1, [], inputs=[name], outputs=[name], allreduce=[name], before_op=op))
     if not collective_only:
@@ -284,6 +368,11 @@ def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segment
     for i, seg in enumerate(ordered):
         seg.index = i
     return ordered
+
+
+def _kind(block0: _Block, name: str) -> str:
+    info = block0.view.vars.get(name)
+    return info.kind if info is not None else DENSE
 
 
 def _order_inputs(view, block0: _Block, fallback: list, segments: list):

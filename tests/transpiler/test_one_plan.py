@@ -1,0 +1,47 @@
+"""One plan behind every answer: ``unsupported_ops`` reports the ops that the plan ``transpile``
+executes leaves to Paddle (read back from the engines it made), on every reference model of the
+zoo in both IRs, on a program with an op the engine lacks, and on one with control flow."""
+import paddle
+import pytest
+
+import paddle_ngraph
+from paddle_ngraph.zoo.models import MODELS, build_program
+
+import cflow_models as cm
+import fallback_models as fm
+from harness import IRS, ir_guard
+
+
+def executed_plan(main, startup):
+    """What transpile executed: the plan its engines carry, as unsupported_ops reports it."""
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        paddle.static.Executor(paddle.CPUPlace()).run(startup)
+        before = {e.id for e in paddle_ngraph.engines()}
+        paddle_ngraph.transpile(main, backend="INTERPRETER")
+        made = [e for e in paddle_ngraph.engines() if e.id not in before]
+    plans = {id(e.plan) for e in made}
+    assert len(plans) == 1 and [e.segment for e in made] == made[0].plan.segments
+    paddle_ngraph.release(main)
+    return made[0].plan.left_to_paddle()
+
+
+def programs():
+    yield from ((f"zoo:{model}", ir, lambda model=model: build_program(model, "sgd")[:2])
+                for ir in IRS for model in MODELS)
+    yield from ((f"custom op", ir, lambda: fm.build("custom")[:2]) for ir in IRS)
+    yield ("gradient_merge", "legacy", lambda: cm.build("gradient_merge")[:2])
+    yield ("while_loop", "legacy", lambda: cm.build("while_loop")[:2])
+    yield ("cond", "pir", lambda: cm.build("cond")[:2])
+
+
+@pytest.mark.parametrize("label, ir, build", [pytest.param(*p, id=f"{p[0]}-{p[1]}") for p in programs()])
+def test_unsupported_ops_is_the_executed_plan(label, ir, build):
+    with ir_guard(ir):
+        main, startup = build()
+        reported = paddle_ngraph.unsupported_ops(main, backend="INTERPRETER")
+        assert reported == executed_plan(main, startup)
+    if label.startswith("zoo:"):
+        assert reported == []
+    else:
+        assert reported and all(r["reason"] for r in reported)
