@@ -24,15 +24,17 @@ class RefusedOpError(ConversionError):
 
 
 class UnsupportedOpsError(ConversionError):
-    """One or more Paddle op types have no converter. Lists all of them at once."""
+    """One or more Paddle op types the engine does not run (no converter, or, where the entries
+    say why, the segment plan's reason). Lists all of them at once."""
 
     def __init__(self, unsupported):
         self.unsupported = list(unsupported)
         lines = [f"{len(self.unsupported)} unsupported Paddle op type(s):"]
         for entry in self.unsupported:
+            why = f": {entry['reason']} ({entry['detail']})" if entry.get("reason") else ""
             lines.append(
                 f"  {entry['op_type']} x{entry['count']}, first at block {entry['block']} "
-                f"op {entry['op_index']} (outputs: {', '.join(entry['outputs']) or '-'})"
+                f"op {entry['op_index']} (outputs: {', '.join(entry['outputs']) or '-'}){why}"
             )
         super().__init__("\n".join(lines))
 

@@ -9,7 +9,8 @@ op coverage, parameter sizes, gradient buckets and the communication volume per
 step; ``--segments`` the engine segments and the ops left to Paddle.
 
 Exit codes: 0 done; 2 bad usage or unreadable input (one line on stderr);
-3 unsupported Paddle ops (listed on stderr with their locations).
+3 ops left to Paddle (listed on stderr with their locations and why; --segments shows
+the segments around them).
 """
 from __future__ import annotations
 
@@ -597,7 +598,6 @@ def lower(view, config, nranks: int, dump_dir: str | None, with_table: bool):
 
 def run(args) -> int:
     from ..errors import NgraphError, UnsupportedOpsError
-    from ..frontend import find_unsupported
     from ..ir import to_json, to_text
 
     if args.nranks < 1:
@@ -613,15 +613,6 @@ def run(args) -> int:
     config = configuration(args)
 
     label, view = load_view(args.program, args.ir, quiet=not args.debug)
-    unsupported = find_unsupported(view, [op for op in view.ops if op.block == 0])
-    if unsupported and not args.segments and args.segment is None:
-        # Without a converter an op is left to Paddle: the graph is then a segment's (--segments
-        # shows the segments, --segment I writes one).
-        if args.report:
-            _write(None, f"{PROG} report: {label}\n" + "\n".join(coverage_lines(view, None)))
-        error = UnsupportedOpsError(unsupported)
-        error.label = label
-        raise error
     try:
         plan, parts, table = lower(view, config, args.nranks, args.passes, with_table=args.report)
     except OSError as e:
@@ -634,6 +625,14 @@ def run(args) -> int:
         raise ToolError(f"{label}: {_one_line(e)}") from None
     except Exception as e:  # anything a converter raised
         raise ToolError(f"{label}: conversion failed: {_one_line(_first_line(e))}") from e
+    if plan.fallback and not args.segments and args.segment is None:
+        # Ops left to Paddle (the plan transpile executes: no converter, refused, a variable kind,
+        # control flow): the graph is then a segment's (--segments shows them, --segment I writes one).
+        if args.report:
+            _write(None, f"{PROG} report: {label}\n" + "\n".join(coverage_lines(view, None)))
+        error = UnsupportedOpsError(plan.left_to_paddle())
+        error.label = label
+        raise error
     if args.segments:
         lines = segment_lines(label, plan)
         for part in parts:

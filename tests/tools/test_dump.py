@@ -210,6 +210,26 @@ def test_unsupported_op_is_exit_3_with_location(capsys, tmp_path):
     assert " no " in row
 
 
+def test_control_flow_is_exit_3_with_its_reason(capsys, tmp_path):
+    """The exit code reads the plan transpile executes: a legacy while loop has every op type
+    converted, yet its ``while`` op stays with Paddle."""
+    paddle.enable_static()
+    with paddle.pir_utils.OldIrGuard():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 8], "float32")
+            i, limit = paddle.full([1], 0, "int64"), paddle.full([1], 3, "int64")
+            _, h = paddle.static.nn.while_loop(lambda i, h: i < limit, lambda i, h: [i + 1, h * 0.5], [i, x])
+            paddle.mean(paddle.nn.Linear(8, 2)(h))
+    path = tmp_path / "loop.pdmodel"
+    path.write_bytes(main.desc.serialize_to_string())
+    rc, out, err = run_tool(capsys, path)
+    assert rc == 3 and out == ""
+    assert "while x1" in err and "control flow" in err
+    rc, out, _ = run_tool(capsys, path, "--segments")
+    assert rc == 0 and "while" in out
+
+
 # --- unreadable input --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", [".pdmodel", ".json"])
 def test_empty_file_is_one_line(capsys, tmp_path, suffix):
