@@ -112,20 +112,14 @@ class ConvGemm {
     const int64_t chunks = std::max<int64_t>(1, (g.N * per_image + kColElements - 1) / kColElements);
     nb_ = std::max<int64_t>(1, (g.N + chunks - 1) / chunks);
     chunks_ = (g.N + nb_ - 1) / nb_;
-    threads_ = std::max(1, num_threads());
-    const double flops = 2.0 * g.N * g.Og * g.G * ck_ * p_;
-    if (flops < kSerialFlops) threads_ = 1;
-    // Tasks run whole on one thread each when there are enough of them to share evenly: (chunk,
-    // group) pairs, or only groups for the filter gradient (whose chunks add into one dW_g).
-    tasks_ = which == Which::BackpropFilter ? g.G : chunks_ * g.G;
-    by_task_ = threads_ > 1 && (tasks_ % threads_ == 0 || tasks_ >= 4 * threads_);
-    const int buffers = by_task_ ? threads_ : 1;
-    if (!(identity_col_ && nb_ == 1)) col_.resize(static_cast<size_t>(buffers * ck_ * nb_ * p_));
-    if (nb_ > 1) ybuf_.resize(static_cast<size_t>(buffers * g.Og * nb_ * p_));
+    flops_ = 2.0 * g.N * g.Og * g.G * ck_ * p_;
   }
 
   // Forward: (x, w) -> y; BackpropData: (w, dy) -> dx; BackpropFilter: (x, dy) -> dw.
   void run(const double* in0, const double* in1, double* out) {
+    // The backend's thread count is read per run (executables of one process may differ in it).
+    const int threads = flops_ < kSerialFlops ? 1 : std::max(1, num_threads());
+    if (threads != threads_) plan(threads);
     const int64_t col_size = ck_ * nb_ * p_, ybuf_size = g_.Og * nb_ * p_;
 #pragma omp parallel num_threads(threads_) if (threads_ > 1)
     {
@@ -135,13 +129,27 @@ class ConvGemm {
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < tasks_; ++task) run_task(task, in0, in1, out, s, 0, 1);
       } else {
-        Scratch s{col_.data(), ybuf_.empty() ? nullptr : ybuf_.data()};
+        Scratch s{col_.empty() ? nullptr : col_.data(), ybuf_.empty() ? nullptr : ybuf_.data()};
         for (int64_t task = 0; task < tasks_; ++task) run_task(task, in0, in1, out, s, thread_index(), thread_count());
       }
     }
   }
 
  private:
+  // Tasks run whole on one thread each when there are enough of them to share evenly: (chunk,
+  // group) pairs, or only groups for the filter gradient (whose chunks add into one dW_g); else the
+  // team shares every task. Buffers: one set per thread for whole tasks, one shared set else.
+  void plan(int threads) {
+    threads_ = threads;
+    tasks_ = which_ == Which::BackpropFilter ? g_.G : chunks_ * g_.G;
+    by_task_ = threads > 1 && (tasks_ % threads == 0 || tasks_ >= 4 * threads);
+    const int64_t buffers = by_task_ ? threads : 1;
+    col_.clear();
+    ybuf_.clear();
+    if (!(identity_col_ && nb_ == 1)) col_.resize(static_cast<size_t>(buffers * ck_ * nb_ * p_));
+    if (nb_ > 1) ybuf_.resize(static_cast<size_t>(buffers * g_.Og * nb_ * p_));
+  }
+
   // col (and Y/dY when gathered) of 32 MB at most per buffer.
   static constexpr int64_t kColElements = int64_t(1) << 22;
   // Below this many flops a convolution runs on one thread (as the matmul's threshold).
@@ -301,7 +309,8 @@ class ConvGemm {
   Which which_;
   int64_t ck_ = 0, p_ = 0, nb_ = 1, chunks_ = 1, tasks_ = 1;
   bool identity_col_ = false, by_task_ = false;
-  int threads_ = 1;
+  double flops_ = 0;
+  int threads_ = 0;  // of the current plan (0: none yet)
   std::vector<double> col_, ybuf_;
 };
 
