@@ -286,7 +286,7 @@ void BlasMatMul::run(const double* a, const double* b, const double* bias, bool 
   const int64_t lda = g.ta ? M : K, ldb = g.tb ? K : N;
   const int threads = matmul_threads(2.0 * g.batch_count * M * N * K);
   // Whole batch elements per thread when there are enough of them, else every product shared out
-  // over the team (blocks of rows or columns of C; no barrier: the blocks are disjoint).
+  // over the team (blocks of rows or columns of C, disjoint).
   const bool by_batch = g.batch_count >= threads;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -301,6 +301,10 @@ void BlasMatMul::run(const double* a, const double* b, const double* bias, bool 
                     out + e * M * N, N);
     }
     if (bias || relu) {
+      // The epilogue splits rows, the shared products may have split columns: all of C first.
+      if (!by_batch) {
+#pragma omp barrier
+      }
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < g.batch_count * M; ++r) {
         double* c = out + r * N;

@@ -45,17 +45,20 @@ def test_float64_matmul_matches_the_interpreter(a_shape, b_shape, ta, tb, thread
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("relu", [False, True])
-def test_float64_fused_matmul_bias_matches_the_interpreter(relu, threads):
-    """MatMul + bias Add (+ Relu), which the backend fuses into MatMulBias."""
-    x = ops.Parameter(dtype="float64", shape=(33, 70), name="x")
-    w = ops.Parameter(dtype="float64", shape=(70, 90), name="w")
-    bias = ops.Parameter(dtype="float64", shape=(90,), name="bias")
+@pytest.mark.parametrize("m, k, n", [(33, 70, 90), (8, 576, 1024), (300, 64, 40)])
+def test_float64_fused_matmul_bias_matches_the_interpreter(m, k, n, relu, threads):
+    """MatMul + bias Add (+ Relu), which the backend fuses into MatMulBias: small (one thread), and
+    shared by the team along columns (a Linear layer's forward at batch 8) or rows, where the bias
+    is added by rows once the whole product is there."""
+    x = ops.Parameter(dtype="float64", shape=(m, k), name="x")
+    w = ops.Parameter(dtype="float64", shape=(k, n), name="w")
+    bias = ops.Parameter(dtype="float64", shape=(n,), name="bias")
     out = ops.Add(ops.MatMul(x.output(), w.output()).output(), bias.output()).output()
     if relu:
         out = ops.Relu(out).output()
     f = Function([x, w, bias], {"y": out})
     rng = np.random.default_rng(3)
-    compare(f, [rng.standard_normal((33, 70)), rng.standard_normal((70, 90)), rng.standard_normal(90)], threads)
+    compare(f, [rng.standard_normal((m, k)), rng.standard_normal((k, n)), rng.standard_normal(n)], threads)
 
 
 # (data NCHW, filters OIHW, attributes): the cases ConvGemm's plan tells apart, above 2 MFLOP (the
