@@ -33,6 +33,20 @@ def openmp_library() -> str:
     return library if os.path.exists(library) else ""
 
 
+def openblas_paths() -> tuple[str, str]:
+    """OpenBLAS from PyPI (scipy-openblas32, what NumPy and SciPy build with; symbols prefixed scipy_):
+    the float64 GEMMs of the CPU backend, which oneDNN does not do on CPU."""
+    try:
+        import scipy_openblas32
+    except ImportError:
+        sys.exit("paddle_ngraph: scipy-openblas32 not found: pip install scipy-openblas32")
+    library = os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so")
+    include = scipy_openblas32.get_include_dir()
+    if not os.path.exists(library) or not os.path.exists(os.path.join(include, "cblas.h")):
+        sys.exit(f"paddle_ngraph: scipy-openblas32 is incomplete ({library}, {include}/cblas.h): reinstall it")
+    return include, library
+
+
 def mpi_paths() -> tuple[str, str]:
     include, library = os.path.join(sys.prefix, "include"), os.path.join(sys.prefix, "lib", "libmpi.so")
     if os.path.exists(os.path.join(include, "mpi.h")) and os.path.exists(library):
@@ -46,6 +60,7 @@ def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
     build_dir = os.path.join(ROOT, build_dir) if not os.path.isabs(build_dir) else build_dir
     include, library = onednn_paths()
     mpi_include, mpi_library = mpi_paths()
+    blas_include, blas_library = openblas_paths()
     # CMake and ninja from the environment's own bin (pip's cmake and ninja packages) first.
     here = os.path.dirname(sys.executable)
     cmake = shutil.which("cmake", path=here) or shutil.which("cmake")
@@ -57,6 +72,7 @@ def build(build_dir: str, output_dir: str, sanitize: bool = False) -> str:
                            f"-DONEDNN_INCLUDE_DIR={include}", f"-DONEDNN_LIBRARY={library}",
                            f"-DMPI_INCLUDE_DIR={mpi_include}", f"-DMPI_LIBRARY={mpi_library}",
                            f"-DOPENMP_LIBRARY={openmp_library()}",
+                           f"-DOPENBLAS_INCLUDE_DIR={blas_include}", f"-DOPENBLAS_LIBRARY={blas_library}",
                            f"-DPDNG_SANITIZE={'ON' if sanitize else 'OFF'}", "-DCMAKE_BUILD_TYPE=Release"],
                           stdout=subprocess.DEVNULL)
     subprocess.check_call([cmake, "--build", build_dir, "-j", str(os.cpu_count() or 2)])

@@ -4,8 +4,9 @@
 // float32 runs on oneDNN's convolution primitives (convolution_forward, convolution_backward_data,
 // convolution_backward_weights, the backward ones with a forward primitive_desc as hint). The
 // primitive may ask for blocked layouts; the kernel then reorders between the plain tensors and
-// kernel-owned blocked buffers (see kLayout below). float64 (not supported by oneDNN) runs
-// direct loops; they are also the fallback when oneDNN refuses a float32 problem.
+// kernel-owned blocked buffers (see kLayout below). float64 (not supported by oneDNN) runs im2col
+// and OpenBLAS's dgemm (ConvGemm). Direct loops are the fallback when oneDNN refuses a float32
+// problem, or a float64 one exceeds OpenBLAS's 32-bit dimensions.
 //
 // Paddle's dilation d is oneDNN's d - 1.
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pdng/blas.h"
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
 #include "pdng/kernel_util.h"
@@ -78,7 +80,241 @@ struct ConvGeometry {
   memory::dims dnnl_pad_r() const { return {pb, pr}; }
 };
 
-// ---- loops (float64, and the float32 fallback) ---------------------------------------------------------
+enum class Which { Forward, BackpropData, BackpropFilter };
+
+// ---- im2col + GEMM (float64) ---------------------------------------------------------------------------
+// oneDNN has no float64 convolution on CPU; these run them as products on OpenBLAS (pdng/blas.h).
+// A chunk of nb images of one group is unfolded into col[Cg*KH*KW, nb*P] (P = OH*OW output
+// positions; row (c, kh, kw), column (image, oh, ow)), so that even the small feature maps of the
+// deep layers make one wide product instead of nb thin ones:
+//   forward         Y[Og, nb*P]   = W_g[Og, CK] @ col
+//   backprop data   dcol[CK, nb*P] = W_g^T @ dY[Og, nb*P], folded back (col2im) into dx
+//   backprop filter dW_g[Og, CK]  += dY @ col^T, over the chunks
+// Y and dY are the images' [Og, P] blocks side by side: gathered from / scattered to NCHW when the
+// chunk has more than one image, read and written in place when it has one. A 1x1 filter with unit
+// strides and no padding needs no unfolding for one image: its col is the image itself.
+class ConvGemm {
+ public:
+  // Whether the products fit OpenBLAS's 32-bit dimensions (else the loops run).
+  static bool fits(const ConvGeometry& g) {
+    const int64_t ck = g.Cg * g.KH * g.KW, p = g.OH * g.OW;
+    return blas_fits(g.Og, g.N * p, ck, ck, g.N * p, g.N * p);
+  }
+
+  ConvGemm(const ConvGeometry& g, Which which) : g_(g), which_(which) {
+    ck_ = g.Cg * g.KH * g.KW;
+    p_ = g.OH * g.OW;
+    identity_col_ = g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.pb == 0 &&
+                    g.pr == 0;
+    // Images per chunk: all of them while col stays within kColElements, else as few chunks as
+    // that allows, of equal size.
+    const int64_t per_image = std::max<int64_t>(1, ck_ * p_);
+    const int64_t chunks = std::max<int64_t>(1, (g.N * per_image + kColElements - 1) / kColElements);
+    nb_ = std::max<int64_t>(1, (g.N + chunks - 1) / chunks);
+    chunks_ = (g.N + nb_ - 1) / nb_;
+    flops_ = 2.0 * g.N * g.Og * g.G * ck_ * p_;
+  }
+
+  // Forward: (x, w) -> y; BackpropData: (w, dy) -> dx; BackpropFilter: (x, dy) -> dw.
+  void run(const double* in0, const double* in1, double* out) {
+    // The backend's thread count is read per run (executables of one process may differ in it).
+    const int threads = flops_ < kSerialFlops ? 1 : std::max(1, num_threads());
+    if (threads != threads_) plan(threads);
+    const int64_t col_size = ck_ * nb_ * p_, ybuf_size = g_.Og * nb_ * p_;
+#pragma omp parallel num_threads(threads_) if (threads_ > 1)
+    {
+      if (by_task_) {
+        const int t = thread_index();
+        Scratch s{col_.empty() ? nullptr : col_.data() + t * col_size, ybuf_.empty() ? nullptr : ybuf_.data() + t * ybuf_size};
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks_; ++task) run_task(task, in0, in1, out, s, 0, 1);
+      } else {
+        Scratch s{col_.empty() ? nullptr : col_.data(), ybuf_.empty() ? nullptr : ybuf_.data()};
+        for (int64_t task = 0; task < tasks_; ++task) run_task(task, in0, in1, out, s, thread_index(), thread_count());
+      }
+    }
+  }
+
+ private:
+  // Tasks run whole on one thread each when there are enough of them to share evenly: (chunk,
+  // group) pairs, or only groups for the filter gradient (whose chunks add into one dW_g); else the
+  // team shares every task. Buffers: one set per thread for whole tasks, one shared set else.
+  void plan(int threads) {
+    threads_ = threads;
+    tasks_ = which_ == Which::BackpropFilter ? g_.G : chunks_ * g_.G;
+    by_task_ = threads > 1 && (tasks_ % threads == 0 || tasks_ >= 4 * threads);
+    const int64_t buffers = by_task_ ? threads : 1;
+    col_.clear();
+    ybuf_.clear();
+    if (!(identity_col_ && nb_ == 1)) col_.resize(static_cast<size_t>(buffers * ck_ * nb_ * p_));
+    if (nb_ > 1) ybuf_.resize(static_cast<size_t>(buffers * g_.Og * nb_ * p_));
+  }
+
+  // col (and Y/dY when gathered) of 32 MB at most per buffer.
+  static constexpr int64_t kColElements = int64_t(1) << 22;
+  // Below this many flops a convolution runs on one thread (as the matmul's threshold).
+  static constexpr double kSerialFlops = 2e6;
+
+  struct Scratch {
+    double* col;
+    double* ybuf;
+  };
+
+  // One task, shared by `parts` threads that all call it (part = the caller's index; 1: alone).
+  // Phases that depend on each other are separated by barriers when shared.
+  void run_task(int64_t task, const double* in0, const double* in1, double* out, const Scratch& s, int part,
+                int parts) {
+    const bool shared = parts > 1;
+    auto barrier = [shared] {
+      if (shared) {
+#pragma omp barrier
+      }
+    };
+    if (which_ == Which::BackpropFilter) {
+      const int64_t grp = task;
+      for (int64_t chunk = 0; chunk < chunks_; ++chunk) {
+        const int64_t n0 = chunk * nb_, nb = std::min(nb_, g_.N - n0);
+        const double* x = in0;
+        const double* dy = in1;
+        const int64_t ld = nb * p_;
+        const double* dyp = gather_or_direct(dy, n0, nb, grp, s.ybuf, part, parts);
+        const double* col = unfold_or_direct(x, n0, nb, grp, s.col, part, parts);
+        barrier();
+        double* dwg = out + grp * g_.Og * ck_;
+        dgemm_share(part, parts, false, true, g_.Og, ck_, ld, dyp, ld, col, ld, chunk == 0 ? 0.0 : 1.0, dwg, ck_);
+        barrier();
+      }
+      return;
+    }
+    const int64_t chunk = task / g_.G, grp = task % g_.G;
+    const int64_t n0 = chunk * nb_, nb = std::min(nb_, g_.N - n0), ld = nb * p_;
+    const double* w = which_ == Which::Forward ? in1 : in0;
+    const double* wg = w + grp * g_.Og * ck_;
+    if (which_ == Which::Forward) {
+      const double* col = unfold_or_direct(in0, n0, nb, grp, s.col, part, parts);
+      barrier();
+      double* y = nb == 1 ? out + (n0 * g_.O + grp * g_.Og) * p_ : s.ybuf;
+      dgemm_share(part, parts, false, false, g_.Og, ld, ck_, wg, ck_, col, ld, 0.0, y, ld);
+      if (nb > 1) {
+        barrier();
+        scatter(s.ybuf, n0, nb, grp, out, part, parts);
+      }
+      barrier();
+    } else {
+      const double* dyp = gather_or_direct(in1, n0, nb, grp, s.ybuf, part, parts);
+      barrier();
+      if (identity_col_ && nb == 1) {  // dx of the image's group channels, straight from the product
+        dgemm_share(part, parts, true, false, ck_, ld, g_.Og, wg, ck_, dyp, ld, 0.0,
+                    out + (n0 * g_.C + grp * g_.Cg) * p_, ld);
+      } else {
+        dgemm_share(part, parts, true, false, ck_, ld, g_.Og, wg, ck_, dyp, ld, 0.0, s.col, ld);
+        barrier();
+        fold(s.col, n0, nb, grp, out, part, parts);
+      }
+      barrier();
+    }
+  }
+
+  // Rows [lo, hi) of `items` for share `part` of `parts`.
+  static void share(int64_t items, int part, int parts, int64_t* lo, int64_t* hi) {
+    *lo = items * part / parts;
+    *hi = items * (part + 1) / parts;
+  }
+
+  // col of images [n0, n0 + nb) of group grp, or the image itself when that is its col.
+  const double* unfold_or_direct(const double* x, int64_t n0, int64_t nb, int64_t grp, double* col, int part,
+                                 int parts) const {
+    if (identity_col_ && nb == 1) return x + (n0 * g_.C + grp * g_.Cg) * p_;
+    const ConvGeometry& g = g_;
+    const int64_t ld = nb * p_;
+    int64_t c0, c1;
+    share(g.Cg, part, parts, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          double* row = col + ((c * g.KH + kh) * g.KW + kw) * ld;
+          const int64_t lo = g.ow_lo[kw], hi = g.ow_hi[kw], off = kw * g.dw - g.pl;
+          for (int64_t i = 0; i < nb; ++i) {
+            const double* xc = x + ((n0 + i) * g.C + grp * g.Cg + c) * g.H * g.W;
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
+              double* dst = row + i * p_ + oh * g.OW;
+              const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+              if (ih < 0 || ih >= g.H) {
+                std::fill(dst, dst + g.OW, 0.0);
+                continue;
+              }
+              const double* xr = xc + ih * g.W + off;
+              std::fill(dst, dst + lo, 0.0);
+              if (g.sw == 1) std::copy(xr + lo, xr + hi, dst + lo);
+              else for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = xr[ow * g.sw];
+              std::fill(dst + hi, dst + g.OW, 0.0);
+            }
+          }
+        }
+    return col;
+  }
+
+  // Adds col (the unfolded gradient) into dx of images [n0, n0 + nb), group grp (zeroed first).
+  void fold(const double* col, int64_t n0, int64_t nb, int64_t grp, double* dx, int part, int parts) const {
+    const ConvGeometry& g = g_;
+    const int64_t ld = nb * p_;
+    int64_t c0, c1;
+    share(g.Cg, part, parts, &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = 0; i < nb; ++i) {
+        double* xc = dx + ((n0 + i) * g.C + grp * g.Cg + c) * g.H * g.W;
+        std::fill(xc, xc + g.H * g.W, 0.0);
+        for (int64_t kh = 0; kh < g.KH; ++kh)
+          for (int64_t kw = 0; kw < g.KW; ++kw) {
+            const double* row = col + ((c * g.KH + kh) * g.KW + kw) * ld + i * p_;
+            const int64_t lo = g.ow_lo[kw], hi = g.ow_hi[kw], off = kw * g.dw - g.pl;
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
+              const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+              if (ih < 0 || ih >= g.H) continue;
+              double* xr = xc + ih * g.W + off;
+              const double* src = row + oh * g.OW;
+              if (g.sw == 1) for (int64_t ow = lo; ow < hi; ++ow) xr[ow] += src[ow];
+              else for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw] += src[ow];
+            }
+          }
+      }
+  }
+
+  // dY[Og, nb*P] of images [n0, n0 + nb), group grp: in place for one image, else gathered.
+  const double* gather_or_direct(const double* dy, int64_t n0, int64_t nb, int64_t grp, double* buf, int part,
+                                 int parts) const {
+    if (nb == 1) return dy + (n0 * g_.O + grp * g_.Og) * p_;
+    int64_t o0, o1;
+    share(g_.Og, part, parts, &o0, &o1);
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t i = 0; i < nb; ++i) {
+        const double* src = dy + ((n0 + i) * g_.O + grp * g_.Og + o) * p_;
+        std::copy(src, src + p_, buf + o * nb * p_ + i * p_);
+      }
+    return buf;
+  }
+
+  // The inverse of the gather: Y[Og, nb*P] into y (NCHW).
+  void scatter(const double* buf, int64_t n0, int64_t nb, int64_t grp, double* y, int part, int parts) const {
+    int64_t o0, o1;
+    share(g_.Og, part, parts, &o0, &o1);
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t i = 0; i < nb; ++i) {
+        const double* src = buf + o * nb * p_ + i * p_;
+        std::copy(src, src + p_, y + ((n0 + i) * g_.O + grp * g_.Og + o) * p_);
+      }
+  }
+
+  ConvGeometry g_;
+  Which which_;
+  int64_t ck_ = 0, p_ = 0, nb_ = 1, chunks_ = 1, tasks_ = 1;
+  bool identity_col_ = false, by_task_ = false;
+  double flops_ = 0;
+  int threads_ = 0;  // of the current plan (0: none yet)
+  std::vector<double> col_, ybuf_;
+};
+
+// ---- loops (the fallback of both dtypes) ---------------------------------------------------------
 template <class T>
 void conv_forward_loops(const ConvGeometry& g, const T* x, const T* w, T* y) {
   const int64_t* lo = g.ow_lo.data();
@@ -278,8 +514,6 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, Layo
                                                    g.dnnl_pad_r(), user_scratchpad());
 }
 
-enum class Which { Forward, BackpropData, BackpropFilter };
-
 std::unique_ptr<DnnlStep> make_dnnl_step(const ConvGeometry& g, Which which, Layout layout) {
   std::unique_ptr<DnnlStep> step(new DnnlStep());
   const memory::desc x_md = data_md(g.N, g.C, g.H, g.W), w_md = filters_md(g), y_md = data_md(g.N, g.O, g.OH, g.OW);
@@ -355,6 +589,7 @@ class ConvKernel : public Kernel {
     PDNG_CHECK(node.outputs[0].shape == expected.shape,
                "output " + node.outputs[0].str() + " should be " + expected.str());
     if (dtype_ == DType::Float32 && !g_.empty_problem()) step_ = choose_dnnl_step(g_, which_);
+    if (dtype_ == DType::Float64 && !g_.empty_problem() && ConvGemm::fits(g_)) gemm_.reset(new ConvGemm(g_, which_));
   }
 
   void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
@@ -372,6 +607,14 @@ class ConvKernel : public Kernel {
       }
       return;
     }
+    if (gemm_) {
+      switch (which_) {
+        case Which::Forward: gemm_->run(in[0].as<double>(), in[1].as<double>(), out[0].as<double>()); break;
+        case Which::BackpropData: gemm_->run(in[1].as<double>(), in[2].as<double>(), out[0].as<double>()); break;
+        case Which::BackpropFilter: gemm_->run(in[0].as<double>(), in[2].as<double>(), out[0].as<double>()); break;
+      }
+      return;
+    }
     PDNG_DISPATCH_FLOAT(dtype_, T, {
       switch (which_) {
         case Which::Forward: conv_forward_loops<T>(g_, in[0].as<T>(), in[1].as<T>(), out[0].as<T>()); break;
@@ -386,6 +629,7 @@ class ConvKernel : public Kernel {
   ConvGeometry g_;
   DType dtype_;
   std::unique_ptr<DnnlStep> step_;
+  std::unique_ptr<ConvGemm> gemm_;
 };
 
 PDNG_REGISTER_KERNEL("Convolution", [](const NodeInfo& node) {

@@ -2,8 +2,10 @@
 //
 // float32 runs on oneDNN's matmul primitive (batch broadcasting and transposition are expressed
 // with memory strides, so no copies); MatMulBias adds the bias and a ReLU post-op to the same
-// primitive. float64 (which oneDNN's matmul does not support) runs a blocked loop GEMM; it is
-// also the fallback when oneDNN refuses a float32 problem.
+// primitive. float64 (which oneDNN's matmul does not support) runs OpenBLAS's dgemm (pdng/blas.h),
+// the batch elements or the blocks of one product shared out over the OpenMP team. A blocked loop
+// GEMM is the fallback when oneDNN refuses a float32 problem, or a float64 one exceeds OpenBLAS's
+// 32-bit dimensions.
 //
 // As the interpreter (np.swapaxes only for ndim >= 2), transpose flags are ignored for 1-D
 // operands: a 1-D a is a row vector [1, K], a 1-D b a column vector [K, 1].
@@ -17,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "pdng/blas.h"
 #include "pdng/dnnl_common.h"
 #include "pdng/kernel.h"
 #include "pdng/kernel_util.h"
@@ -88,7 +91,7 @@ struct Geometry {
   int64_t out_numel() const { return batch_count * M * N; }
 };
 
-// ---- loop GEMM (float64, and the float32 fallback) ---------------------------------------------------
+// ---- loop GEMM (the fallback of both dtypes) ------------------------------------------------------
 // C[M, N] (row-major, ldc) = A @ B, A element (i, k) at A[i * sai + k * sak], B row-major (ldb).
 // Register-blocked: an MR x NR block of C is accumulated in registers over a block of K while the
 // B panel (KB x NR) stays in L1. The library is compiled for baseline x86-64, so the tile function
@@ -257,6 +260,63 @@ class LoopMatMul {
   std::vector<T> packed_b_;
 };
 
+// ---- OpenBLAS (float64) -----------------------------------------------------------------------------
+class BlasMatMul {
+ public:
+  explicit BlasMatMul(const Geometry& g) : g_(g) {}
+
+  // Whether every product of g fits OpenBLAS's 32-bit dimensions.
+  static bool fits(const Geometry& g) {
+    return blas_fits(g.M, g.N, g.K, g.ta ? g.M : g.K, g.tb ? g.K : g.N, g.N);
+  }
+
+  // out = A @ B (+ bias, relu); bias is nullptr or [N].
+  void run(const double* a, const double* b, const double* bias, bool relu, double* out) const;
+
+ private:
+  Geometry g_;
+};
+
+// Defined below with the oneDNN matmul, whose small-product threshold it shares.
+int matmul_threads(double flops);
+
+void BlasMatMul::run(const double* a, const double* b, const double* bias, bool relu, double* out) const {
+  const Geometry& g = g_;
+  const int64_t M = g.M, N = g.N, K = g.K;
+  const int64_t lda = g.ta ? M : K, ldb = g.tb ? K : N;
+  const int threads = matmul_threads(2.0 * g.batch_count * M * N * K);
+  // Whole batch elements per thread when there are enough of them, else every product shared out
+  // over the team (blocks of rows or columns of C, disjoint).
+  const bool by_batch = g.batch_count >= threads;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int part = thread_index(), parts = thread_count();
+    if (by_batch) {
+#pragma omp for schedule(static)
+      for (int64_t e = 0; e < g.batch_count; ++e)
+        dgemm(g.ta, g.tb, M, N, K, a + g.a_offset[e], lda, b + g.b_offset[e], ldb, 0.0, out + e * M * N, N);
+    } else {
+      for (int64_t e = 0; e < g.batch_count; ++e)
+        dgemm_share(part, parts, g.ta, g.tb, M, N, K, a + g.a_offset[e], lda, b + g.b_offset[e], ldb, 0.0,
+                    out + e * M * N, N);
+    }
+    if (bias || relu) {
+      // The epilogue splits rows, the shared products may have split columns: all of C first.
+      if (!by_batch) {
+#pragma omp barrier
+      }
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < g.batch_count * M; ++r) {
+        double* c = out + r * N;
+        if (bias)
+          for (int64_t j = 0; j < N; ++j) c[j] += bias[j];
+        if (relu)
+          for (int64_t j = 0; j < N; ++j) c[j] = c[j] < 0.0 ? 0.0 : c[j];
+      }
+    }
+  }
+}
+
 // ---- oneDNN matmul (float32) -------------------------------------------------------------------------
 // Memory descriptor of an operand matrix stack: dims [batch..., rows, cols] of the logical (not
 // transposed) operand, strides of how it is stored (row-major, possibly transposed).
@@ -309,6 +369,8 @@ class ThreadLimit {
 // Below this many flops a product runs on one thread: ~20 us of work, about what waking and joining
 // the other threads costs on a busy 2-core machine (measured: 2 threads lose up to ~8 MFLOP there).
 constexpr double kSmallFlops = 2e6;
+
+int matmul_threads(double flops) { return flops < kSmallFlops ? 1 : std::max(1, num_threads()); }
 
 class DnnlMatMul {
  public:
@@ -396,7 +458,8 @@ class MatMulKernel : public Kernel {
         dnnl_.reset();
       }
     }
-    if (!dnnl_) {
+    if (dtype_ == DType::Float64 && BlasMatMul::fits(g_)) blas_.reset(new BlasMatMul(g_));
+    if (!dnnl_ && !blas_) {
       if (dtype_ == DType::Float32) loop_f32_.reset(new LoopMatMul<float>(g_));
       else loop_f64_.reset(new LoopMatMul<double>(g_));
     }
@@ -407,6 +470,9 @@ class MatMulKernel : public Kernel {
     const void* bias = fused_ ? in[2].data : nullptr;
     if (dnnl_) {
       dnnl_->run(in[0].data, in[1].data, bias, out[0].data);
+    } else if (blas_) {
+      blas_->run(in[0].as<double>(), in[1].as<double>(), static_cast<const double*>(bias), relu_,
+                 out[0].as<double>());
     } else if (loop_f32_) {
       loop_f32_->run(in[0].as<float>(), in[1].as<float>(), static_cast<const float*>(bias), relu_, out[0].as<float>());
     } else {
@@ -421,6 +487,7 @@ class MatMulKernel : public Kernel {
   DType dtype_;
   Geometry g_;
   std::unique_ptr<DnnlMatMul> dnnl_;
+  std::unique_ptr<BlasMatMul> blas_;
   std::unique_ptr<LoopMatMul<float>> loop_f32_;
   std::unique_ptr<LoopMatMul<double>> loop_f64_;
 };
