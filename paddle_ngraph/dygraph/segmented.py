@@ -167,7 +167,7 @@ class SegmentedCompiled:
         backward_reads = {n for piece in self.pieces if piece.phase == BACKWARD_PHASE for n in piece.inputs}
         backward_reads |= {traced.p_grads[p] for p in grads} | {traced.x_grads[i] for i in input_grads}
         forward_made = {n for piece in self.pieces if piece.phase == FORWARD_PHASE for n in piece.outputs}
-        self.saved = sorted(forward_made & backward_reads)
+        self.saved = sorted((forward_made - unmade) & backward_reads)
         self.trains = bool(traced.seeds)
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
         self.seed_types = [np.zeros(tuple(view.vars[n].shape), np.dtype(view.vars[n].dtype.value))

@@ -200,14 +200,25 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
 
 
 def _source_line(op) -> str:
-    """``file:line`` of the user's code that made a traced op (its PIR call stack's innermost frame
-    outside Paddle and this package), or ``an unknown line``."""
-    stack = getattr(op.native, "callstack", None) or []
-    for frame in reversed(list(stack)):
-        match = re.search(r'File "([^"]+)", line (\d+)', str(frame))
-        if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
-            return f"{match.group(1)}:{match.group(2)}"
+    """``file:line (code)`` of the user's code that made a traced op: the innermost frame of its PIR
+    call stack outside Paddle and this package. A ``pd_op.if``/``while`` records none: its
+    condition's does (the comparison on the ``if`` line). ``an unknown line`` where neither does."""
+    native = op.native
+    for candidate in (native, _condition_op(native)):
+        stack = list(getattr(candidate, "callstack", None) or [])
+        for k in range(len(stack) - 1, -1, -1):
+            match = re.search(r'File "([^"]+)", line (\d+)', stack[k])
+            if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
+                code = stack[k + 1].strip() if k + 1 < len(stack) and "File " not in stack[k + 1] else ""
+                return f"{match.group(1)}:{match.group(2)}" + (f" ({code})" if code else "")
     return "an unknown line"
+
+
+def _condition_op(native):
+    try:
+        return native.operand_source(0).get_defining_op() if native.num_operands() else None
+    except Exception:  # a value without defining op (a block argument)
+        return None
 
 
 class RefusedCaptureError(CaptureError):

@@ -1,0 +1,130 @@
+"""A captured Layer with an op the engine lacks runs in engine segments, that op (and its gradient)
+in Paddle between them, and trains exactly as Paddle's eager mode does: at one rank, and at two
+ranks under mpirun as one process on the concatenated batch. A Layer that full-graph capture
+cannot take (.numpy() in forward) still runs eagerly, with one message naming it and the line."""
+import inspect
+import os
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+
+import paddle_ngraph
+from ranks import run_ranks
+
+import segmented_models as sm
+
+pytestmark = pytest.mark.usefixtures("dynamic_mode")
+STEPS, BATCH = 3, 8
+
+
+def assert_same_training(reference, mine, tol=1e-5):
+    ref_losses, ref_state, _ = reference
+    losses, state, _ = mine
+    np.testing.assert_allclose(losses, ref_losses, rtol=tol, atol=tol)
+    assert list(state) == list(ref_state)
+    for name in state:
+        np.testing.assert_allclose(state[name], ref_state[name], rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("layer,optimizer", [("mlp", "sgd"), ("conv", "adam"), ("convbn", "adam")])
+def test_layer_with_a_custom_operator_trains_as_paddle_eager(layer, optimizer, backend):
+    xs, ys = sm.data(layer, STEPS, BATCH)
+    reference = sm.train(layer, optimizer, xs, ys)
+    mine = sm.train(layer, optimizer, xs, ys, wrap={"backend": backend})
+    assert_same_training(reference, mine)
+    counters = mine[2]
+    assert counters["steps"] == STEPS and counters["eager_steps"] == 0
+    # The operator and its gradient in Paddle, everything else on the engine, in one signature.
+    [summary] = counters["segmented"]
+    squares = 2 if layer == "mlp" else 1  # the MLP squares its activations and a parameter
+    assert f"{2 * squares} ops left to Paddle (custom_op.pdng_signed_square: no converter, " \
+           f"custom_op.pdng_signed_square_grad: no converter)" in summary, summary
+
+
+def test_segments_and_what_runs_where(caplog):
+    xs, ys = sm.data("conv", 1, 4)
+    paddle.seed(0)
+    model = paddle_ngraph.DataParallel(sm.SquareConvNet(), log_level="INFO")
+    with caplog.at_level("INFO", logger="paddle_ngraph"):
+        F.cross_entropy(model(paddle.to_tensor(xs[0])), paddle.to_tensor(ys[0])).backward()
+    [compiled] = [c for c in model.engine.compiled.values() if c is not None]
+    pieces = [(p.phase, p.on_engine) for p in compiled.pieces]
+    # forward: conv+relu | signed_square | pool+fc; backward: fc+pool grads | its gradient | relu+conv grads
+    assert pieces == [("forward", True), ("forward", False), ("forward", True),
+                      ("backward", True), ("backward", False), ("backward", True)]
+    engine_ops = sum(len(p.ops) for p in compiled.pieces if p.on_engine)
+    said = [r.getMessage() for r in caplog.records if "SquareConvNet (training" in r.getMessage()]
+    assert len(said) == 1 and f"{engine_ops} ops on the engine in 4 segments, 2 ops left to Paddle" in said[0], said
+
+
+def test_input_gradients_and_eval_mode(backend):
+    paddle.seed(0)
+    reference = sm.SquareMLP()
+    inner = sm.SquareMLP()
+    inner.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(inner, backend=backend)
+    x = np.random.default_rng(3).standard_normal((5, sm.FEATURES)).astype("float32")
+    grads = []
+    for m in (reference, model):
+        xt = paddle.to_tensor(x, stop_gradient=False)
+        (m(xt) ** 2).sum().backward()
+        grads.append(xt.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-4)
+    for p, q in zip(reference.parameters(), inner.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=p.name)
+    reference.eval(), model.eval()
+    with paddle.no_grad():
+        np.testing.assert_allclose(model(paddle.to_tensor(x)).numpy(), reference(paddle.to_tensor(x)).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    assert model.engine.steps == 2 and model.engine.eager_steps == 0
+
+
+def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(caplog):
+    class Peek(sm.SquareMLP):
+        def forward(self, x):
+            scale = float(np.abs(x.numpy()).max() > 100) + 1.0
+            return super().forward(x * scale)
+
+    lines, first = inspect.getsourcelines(Peek.forward)
+    line = first + next(k for k, text in enumerate(lines) if ".numpy()" in text)
+    model = paddle_ngraph.DataParallel(Peek())
+    with caplog.at_level("WARNING", logger="paddle_ngraph"):
+        for _ in range(2):
+            model(paddle.ones([2, sm.FEATURES])).sum().backward()
+    said = [r.getMessage() for r in caplog.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "Layer Peek" in said[0] and f"{os.path.abspath(__file__)}:{line}" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 2
+
+
+def train_on_this_rank(cases):
+    """On every rank: each (layer, optimizer, backend) on this rank's half of every batch."""
+    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    out = {}
+    for layer, optimizer, backend in cases:
+        xs, ys = sm.data(layer, STEPS, BATCH)
+        out[(layer, optimizer, backend)] = sm.train(layer, optimizer, xs, ys, wrap={"backend": backend},
+                                                    rank=rank, nranks=size)
+    return out
+
+
+@pytest.mark.distributed
+def test_two_ranks_train_as_one_process_on_the_whole_batch():
+    cases = [("mlp", "sgd", "CPU"), ("conv", "adam", "CPU"), ("mlp", "adam", "INTERPRETER")]
+    run = run_ranks(train_on_this_rank, 2, cases)
+    for case in cases:
+        layer, optimizer, _ = case
+        xs, ys = sm.data(layer, STEPS, BATCH)
+        ref_losses, ref_state, _ = sm.train(layer, optimizer, xs, ys)
+        per_rank = [run.results[r][case] for r in range(2)]
+        # Each rank's loss is its half's mean: their mean is the whole batch's.
+        np.testing.assert_allclose((per_rank[0][0] + per_rank[1][0]) / 2, ref_losses, rtol=1e-5, atol=1e-6)
+        for losses, state, counters in per_rank:
+            assert counters["steps"] == STEPS and counters["eager_steps"] == 0 and counters["updates"] == STEPS
+            assert counters["segmented"], counters
+            for name in ref_state:
+                np.testing.assert_allclose(state[name], ref_state[name], rtol=1e-5, atol=1e-6, err_msg=f"{case} {name}")
+        for name in ref_state:  # the ranks stay identical
+            np.testing.assert_array_equal(per_rank[0][1][name], per_rank[1][1][name])
