@@ -155,7 +155,10 @@ class _Saved:
         self.sync, self.done = sync, False
 
     def detach_from_arena(self):
-        self.saved = [np.array(a, copy=True) for a in self.saved]
+        if isinstance(self.saved, dict):  # a segmented Layer's, by name
+            self.saved = {n: np.array(a, copy=True) for n, a in self.saved.items()}
+        else:
+            self.saved = [np.array(a, copy=True) for a in self.saved]
 
 
 def _engine_call_class():
@@ -366,15 +369,16 @@ class LayerEngine:
     # --- the executables ------------------------------------------------------------------------
     def run_forward(self, compiled: Compiled, tensors, train: bool):
         args = [_view(t) for t in tensors]
+        pending = compiled.pending
+        if pending is not None and not pending.done:
+            pending.detach_from_arena()  # its backward has not run: the arena is about to be reused
         if compiled.segmented:
             outputs, saved = compiled.forward(args, self.param_views(), train)
             record = None
             if train:
                 record = _Saved(compiled, list(tensors), args, saved, self.sync_gradients and self.transport.size > 1)
+                compiled.pending = record
             return [_to_paddle(o) for o in outputs], record
-        pending = compiled.pending
-        if pending is not None and not pending.done:
-            pending.detach_from_arena()  # its backward has not run: the arena is about to be reused
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, None)
         write_back(outputs, inputs, compiled.state_writeback)
@@ -423,6 +427,8 @@ class LayerEngine:
         grads, input_grads = compiled.backward(record.args, self.param_views(), record.saved, seeds)
         record.done = True
         record.saved = record.tensors = record.args = None
+        if compiled.pending is record:
+            compiled.pending = None
         sync = record.sync
         pending_local = sync and self.unsynced
         if sync and not pending_local and grads:

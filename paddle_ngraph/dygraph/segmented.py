@@ -8,8 +8,9 @@ executor runs them). A piece never spans the forward and the backward: the forwa
 the Layer is called, the backward pieces at ``loss.backward()``, glued to eager autograd by the
 runner's PyLayer as a Layer captured whole is.
 
-Values cross pieces as NumPy arrays by name. Forward values that the backward pieces read are
-copied out of the engines' arenas when the forward ends (an arena is reused by the next call).
+Values cross pieces as NumPy arrays by name, without copies. Forward values that the backward
+pieces read stay in the engines' arenas until the backward, and are copied out only if the same
+forward runs again first (an arena is reused by the next call), as for a Layer captured whole.
 Constants (ops without operands) are copied into every piece that reads them, as transpile does.
 The gradients are averaged across ranks after the backward, in one bucketed AllReduce per dtype.
 """
@@ -169,6 +170,7 @@ class SegmentedCompiled:
         forward_made = {n for piece in self.pieces if piece.phase == FORWARD_PHASE for n in piece.outputs}
         self.saved = sorted((forward_made - unmade) & backward_reads)
         self.trains = bool(traced.seeds)
+        self.pending = None  # the runner's record of the last training forward, until its backward
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
         self.seed_types = [np.zeros(tuple(view.vars[n].shape), np.dtype(view.vars[n].dtype.value))
                            for n in traced.outputs]
@@ -190,13 +192,15 @@ class SegmentedCompiled:
         return env
 
     def forward(self, args: list, params: dict, train: bool):
-        """The outputs (NumPy, owned) and, when ``train``, the forward values backward reads (owned)."""
+        """The outputs (NumPy, owned) and, when ``train``, the forward values backward reads: views
+        of the engines' arenas, valid until these pieces run again (the runner copies them then,
+        if their backward has not run, as for a Layer captured whole)."""
         env = self._env(args, params)
         for piece, runner in zip(self.pieces, self.runners):
             if piece.phase == FORWARD_PHASE:
                 runner.run(env, params)
         outputs = [np.array(env[n], copy=True) for n in self.traced.outputs]
-        saved = {n: np.array(env[n], copy=True) for n in self.saved} if train else None
+        saved = {n: env[n] for n in self.saved} if train else None
         return outputs, saved
 
     def backward(self, args: list, params: dict, saved: dict, seeds: list):

@@ -128,3 +128,18 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch():
                 np.testing.assert_allclose(state[name], ref_state[name], rtol=1e-5, atol=1e-6, err_msg=f"{case} {name}")
         for name in ref_state:  # the ranks stay identical
             np.testing.assert_array_equal(per_rank[0][1][name], per_rank[1][1][name])
+
+
+def test_two_forwards_before_their_backward():
+    """The second forward reuses the engines' arenas: the first one's saved values are copied out first."""
+    paddle.seed(0)
+    reference = sm.SquareConvNet()
+    inner = sm.SquareConvNet()
+    inner.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(inner)
+    xs, _ = sm.data("conv", 2, 4)
+    for m in (reference, model):
+        first, second = m(paddle.to_tensor(xs[0])), m(paddle.to_tensor(xs[1]))
+        ((first ** 2).sum() + (second ** 3).sum()).backward()
+    for p, q in zip(reference.parameters(), inner.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=p.name)
