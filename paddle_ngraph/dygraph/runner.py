@@ -420,25 +420,29 @@ class LayerEngine:
                              {i: outputs[p] for i, p in compiled.xgrad_positions.items()}, sync, pending_local, num_args)
 
     def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:
-        """The backward pieces; the gradients averaged over the ranks here (one bucketed AllReduce
-        per dtype) when synchronizing, as the whole-program backward does in its engine."""
+        """The backward pieces. When synchronizing, the engine segments average the gradients they
+        make; those Paddle ops make are averaged here (one AllReduce per dtype)."""
         compiled = record.compiled
         seeds = [_view(g) if g is not None else zeros for g, zeros in zip(output_grads, compiled.seed_types)]
-        grads, input_grads = compiled.backward(record.args, self.param_views(), record.saved, seeds)
+        sync = record.sync
+        pending_local = sync and self.unsynced
+        transport = self.transport if sync and not pending_local else None
+        grads, input_grads, averaged = compiled.backward(record.args, self.param_views(), record.saved, seeds,
+                                                         transport)
         record.done = True
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:
             compiled.pending = None
-        sync = record.sync
-        pending_local = sync and self.unsynced
-        if sync and not pending_local and grads:
-            grads = [np.array(g, copy=True) for g in grads]
+        rest = [k for k, done in enumerate(averaged) if not done]
+        if transport is not None and rest:
+            grads = list(grads)
             by_dtype: dict = {}
-            for k, g in enumerate(grads):
-                by_dtype.setdefault(g.dtype.str, []).append(k)
+            for k in rest:
+                grads[k] = np.array(grads[k], copy=True)
+                by_dtype.setdefault(grads[k].dtype.str, []).append(k)
             for positions in by_dtype.values():
                 reduced = self.transport.allreduce_many([grads[k] for k in positions], self.config.reduction,
-                                                        name="dygraph_segment_grads")
+                                                        name="dygraph_paddle_grads")
                 for k, value in zip(positions, reduced):
                     np.copyto(grads[k], value, casting="no")
         return self._deliver(compiled.capture, grads, input_grads, sync, pending_local, num_args)

@@ -12,7 +12,9 @@ Values cross pieces as NumPy arrays by name, without copies. Forward values that
 pieces read stay in the engines' arenas until the backward, and are copied out only if the same
 forward runs again first (an arena is reused by the next call), as for a Layer captured whole.
 Constants (ops without operands) are copied into every piece that reads them, as transpile does.
-The gradients are averaged across ranks after the backward, in one bucketed AllReduce per dtype.
+With several ranks, each parameter gradient is averaged once: in the backward engine segment that
+makes it (the bucketed AllReduce of a Layer captured whole), or, if a Paddle op makes it, by the
+runner after the backward.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ import numpy as np
 from ..errors import ConversionError
 from ..frontend import OP_TABLE, SKIPPED_OPS, ConversionSession
 from ..frontend.program_view import FORWARD
-from ..ir.roles import Role, result_role
-from ..passes.pipeline import build_passes, run_pipeline
+from ..ir import Function
+from ..ir.roles import Role, fetch_result, result_role
+from ..passes.pipeline import Facts, build_passes, run_pipeline
 from ..transpiler.segments import SOURCE_OPS, refused_by_converters
 from .paddle_piece import PaddlePiece
 
@@ -121,11 +124,26 @@ class EnginePiece:
         run_pipeline(function, build_passes(engine.config, 1))
         self.function = function
         self.executable = engine.compiler.compile(function)
+        self.averaging = None  # the executable that also averages gradients across ranks
         self.inputs = [p.name for p in function.parameters]
         self.results = [(r.variable, result_role(r) is Role.STATE) for r in function.results]
+        self.results_by_name = {name for name, is_state in self.results if not is_state}
 
-    def run(self, env: dict, params: dict):
-        outputs = self.executable.call([env[n] for n in self.inputs], None)
+    def average(self, engine, gradients: list[str]):
+        """A second executable for synchronizing backward passes: the results ``gradients`` (names
+        of the variables) averaged across the ranks by the bucketed AllReduce, each bucket sent
+        while the rest of the segment runs (as a Layer captured whole)."""
+        names = [fetch_result(n) for n in gradients]
+        averaged = Function(self.function.parameters, self.function.results, name=self.function.name)
+        run_pipeline(averaged, build_passes(engine.config, engine.transport.size, Facts(gradient_results=names)))
+        self.averaging = engine.compiler.compile(averaged)
+
+    def run(self, env: dict, params: dict, transport=None):
+        """``transport``: a synchronizing backward (the averaging executable, where there is one)."""
+        if transport is not None and self.averaging is not None:
+            outputs = self.averaging.call([env[n] for n in self.inputs], transport)
+        else:
+            outputs = self.executable.call([env[n] for n in self.inputs], None)
         for (name, is_state), value in zip(self.results, outputs):
             if is_state and name in params:
                 np.copyto(params[name], value, casting="no")  # the Layer's buffer, in place
@@ -165,6 +183,7 @@ class SegmentedCompiled:
         grads = [p for p in traced.params if traced.p_grads.get(p) in available]
         input_grads = [i for i, g in enumerate(traced.x_grads) if g is not None and g in available]
         self.capture = SegmentedCapture(traced.outputs_structure, len(traced.outputs), grads, input_grads)
+        self.averaged_in_engine = self._average_in_engines(engine, grads)
         backward_reads = {n for piece in self.pieces if piece.phase == BACKWARD_PHASE for n in piece.inputs}
         backward_reads |= {traced.p_grads[p] for p in grads} | {traced.x_grads[i] for i in input_grads}
         forward_made = {n for piece in self.pieces if piece.phase == FORWARD_PHASE for n in piece.outputs}
@@ -174,6 +193,24 @@ class SegmentedCompiled:
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
         self.seed_types = [np.zeros(tuple(view.vars[n].shape), np.dtype(view.vars[n].dtype.value))
                            for n in traced.outputs]
+
+    def _average_in_engines(self, engine, grads: list[str]) -> set:
+        """With several ranks, the parameter gradients that backward engine segments make (and no
+        later piece reads) are averaged in those segments; the names of the others, made by Paddle
+        ops, are averaged by the runner after the backward."""
+        if engine.transport.size < 2:
+            return set()
+        final = {self.traced.p_grads[p] for p in grads}
+        read = {n for piece in self.pieces for n in piece.inputs}
+        averaged = set()
+        for piece, runner in zip(self.pieces, self.runners):
+            if piece.phase != BACKWARD_PHASE or not piece.on_engine:
+                continue
+            mine = [n for n in piece.outputs if n in final and n not in read and n in runner.results_by_name]
+            if mine:
+                runner.average(engine, mine)
+                averaged.update(mine)
+        return averaged
 
     # --- what the runner reports ------------------------------------------------------------------
     def summary(self) -> str:
@@ -203,14 +240,21 @@ class SegmentedCompiled:
         saved = {n: env[n] for n in self.saved} if train else None
         return outputs, saved
 
-    def backward(self, args: list, params: dict, saved: dict, seeds: list):
-        """The parameter gradients (in ``capture.grads`` order) and the input gradients by position."""
+    def backward(self, args: list, params: dict, saved: dict, seeds: list, transport=None):
+        """The parameter gradients (in ``capture.grads`` order), the input gradients by position,
+        and which parameter gradients are averaged across the ranks already: with ``transport`` (a
+        synchronizing backward), those the engine segments make."""
         env = self._env(args, params)
         env.update(saved)
         env.update(zip(self.traced.seeds, seeds))
         for piece, runner in zip(self.pieces, self.runners):
             if piece.phase == BACKWARD_PHASE:
-                runner.run(env, params)
+                if piece.on_engine:
+                    runner.run(env, params, transport)
+                else:
+                    runner.run(env, params)
         grads = [env[self.traced.p_grads[p]] for p in self.capture.grads]
         input_grads = {i: env[self.traced.x_grads[i]] for i in self.capture.input_grads}
-        return grads, input_grads
+        averaged = [transport is not None and self.traced.p_grads[p] in self.averaged_in_engine
+                    for p in self.capture.grads]
+        return grads, input_grads, averaged

@@ -81,9 +81,14 @@ def make_optimizer(kind: str, parameters):
     return paddle.optimizer.Adam(0.01, parameters=parameters, grad_clip=nn.ClipGradByGlobalNorm(1.0))
 
 
-def train(layer: str, optimizer: str, xs, ys, wrap: dict | None = None, rank: int = 0, nranks: int = 1):
+def train(layer: str, optimizer: str, xs, ys, wrap: dict | None = None, rank: int = 0, nranks: int = 1,
+          micro: int = 1):
     """Losses (this rank's share of each batch), final state and, on the engine (``wrap``: the
-    DataParallel options), its counters. Every rank starts from the same seed's weights."""
+    DataParallel options), its counters. Every rank starts from the same seed's weights. ``micro``:
+    each batch in that many micro-batches, the gradients of all but the last accumulated under
+    ``no_sync`` (on the engine; the reference accumulates them in one process)."""
+    import contextlib
+
     import paddle_ngraph
 
     paddle.seed(0)
@@ -91,20 +96,28 @@ def train(layer: str, optimizer: str, xs, ys, wrap: dict | None = None, rank: in
     if wrap is not None:
         model = paddle_ngraph.DataParallel(inner, **wrap)
     opt = make_optimizer(optimizer, model.parameters())
-    share = len(xs[0]) // nranks
+    size = len(xs[0]) // micro
+    share = size // nranks
     losses = []
     for xb, yb in zip(xs, ys):
-        x = paddle.to_tensor(xb[rank * share:(rank + 1) * share])
-        y = paddle.to_tensor(yb[rank * share:(rank + 1) * share])
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
+        step_losses = []
+        for m in range(micro):
+            lo = m * size + rank * share
+            x, y = paddle.to_tensor(xb[lo:lo + share]), paddle.to_tensor(yb[lo:lo + share])
+            local = model.no_sync() if wrap is not None and m < micro - 1 else contextlib.nullcontext()
+            with local:
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+            step_losses.append(float(loss))
         opt.step()
         opt.clear_grad()
-        losses.append(float(loss))
+        losses.append(np.mean(step_losses))
     state = {k: v.numpy() for k, v in inner.state_dict().items()}
     counters = None
     if wrap is not None:
         engine = model.engine
+        compiled = [c for c in engine.compiled.values() if c is not None and c.segmented]
         counters = {"steps": engine.steps, "eager_steps": engine.eager_steps, "updates": engine.updates,
-                    "segmented": [c.summary() for c in engine.compiled.values() if c is not None and c.segmented]}
+                    "segmented": [c.summary() for c in compiled],
+                    "averaged_in_engine": [len(c.averaged_in_engine) for c in compiled]}
     return np.array(losses), state, counters

@@ -100,30 +100,35 @@ def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(caplog):
 
 
 def train_on_this_rank(cases):
-    """On every rank: each (layer, optimizer, backend) on this rank's half of every batch."""
+    """On every rank: each (layer, optimizer, backend, micro-batches) on this rank's half of every batch."""
     rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
     out = {}
-    for layer, optimizer, backend in cases:
+    for layer, optimizer, backend, micro in cases:
         xs, ys = sm.data(layer, STEPS, BATCH)
-        out[(layer, optimizer, backend)] = sm.train(layer, optimizer, xs, ys, wrap={"backend": backend},
-                                                    rank=rank, nranks=size)
+        out[(layer, optimizer, backend, micro)] = sm.train(layer, optimizer, xs, ys, wrap={"backend": backend},
+                                                           rank=rank, nranks=size, micro=micro)
     return out
 
 
 @pytest.mark.distributed
 def test_two_ranks_train_as_one_process_on_the_whole_batch():
-    cases = [("mlp", "sgd", "CPU"), ("conv", "adam", "CPU"), ("mlp", "adam", "INTERPRETER")]
+    cases = [("mlp", "sgd", "CPU", 1), ("conv", "adam", "CPU", 1), ("mlp", "adam", "INTERPRETER", 1),
+             ("mlp", "sgd", "CPU", 2)]  # the last accumulates a micro-batch under no_sync first
     run = run_ranks(train_on_this_rank, 2, cases)
     for case in cases:
-        layer, optimizer, _ = case
+        layer, optimizer, _, micro = case
         xs, ys = sm.data(layer, STEPS, BATCH)
-        ref_losses, ref_state, _ = sm.train(layer, optimizer, xs, ys)
+        ref_losses, ref_state, _ = sm.train(layer, optimizer, xs, ys, micro=micro)
         per_rank = [run.results[r][case] for r in range(2)]
         # Each rank's loss is its half's mean: their mean is the whole batch's.
         np.testing.assert_allclose((per_rank[0][0] + per_rank[1][0]) / 2, ref_losses, rtol=1e-5, atol=1e-6)
         for losses, state, counters in per_rank:
-            assert counters["steps"] == STEPS and counters["eager_steps"] == 0 and counters["updates"] == STEPS
+            assert counters["steps"] == STEPS * micro and counters["eager_steps"] == 0
+            assert counters["updates"] == STEPS
             assert counters["segmented"], counters
+            # The MLP's offset gets its gradient from the custom operator's gradient op, in Paddle: averaged
+            # after the backward; the engine segments average the others.
+            assert counters["averaged_in_engine"] == [4], counters
             for name in ref_state:
                 np.testing.assert_allclose(state[name], ref_state[name], rtol=1e-5, atol=1e-6, err_msg=f"{case} {name}")
         for name in ref_state:  # the ranks stay identical
