@@ -40,6 +40,8 @@ class PaddlePiece:
         names = self.view.value_names
 
         def mapped(value):
+            if not value.initialized():  # an optional operand left out (interp's size tensors, ...)
+                return value
             if mapping.has(value):
                 return mapping.look_up(value)
             source = value.get_defining_op()

@@ -323,6 +323,10 @@ class LayerEngine:
             return SegmentedCompiled(self, traced)
         except ConversionError as e:
             raise CaptureError(f"Layer {traced.name}: {e}") from e
+        except Exception as e:  # never a wrong result: the Layer runs eagerly, the message names the bug
+            raise CaptureError(f"Layer {traced.name}: its engine segments could not be built ({type(e).__name__}: "
+                               f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}; a bug in paddle_ngraph: "
+                               f"please report it with this message)") from e
 
     def eager(self, args, reason, kwargs=None):
         """Runs the Layer in Paddle; with several ranks, its gradients are averaged after backward."""

@@ -148,3 +148,85 @@ def test_two_forwards_before_their_backward():
         ((first ** 2).sum() + (second ** 3).sum()).backward()
     for p, q in zip(reference.parameters(), inner.parameters()):
         np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=p.name)
+
+
+@pytest.fixture
+def refuse_converter():
+    """``refuse_converter(op_type)``: that op's converter refuses every op for one test (as a
+    converter refuses attributes it does not handle); the table is put back after the test."""
+    from paddle_ngraph.frontend import OP_TABLE
+
+    saved = dict(OP_TABLE)
+
+    def refuse(op_type):
+        def refusing(ctx):
+            raise ctx.fail("refused for this test")
+        OP_TABLE[op_type] = refusing
+
+    yield refuse
+    OP_TABLE.clear()
+    OP_TABLE.update(saved)
+
+
+class TanhNet(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = paddle.nn.Conv2D(1, 2, 3)
+        self.fc = paddle.nn.Linear(2, sm.CLASSES)
+
+    def forward(self, x):
+        return self.fc(F.tanh(self.conv(x)).mean(axis=[2, 3]))
+
+
+class Bicubic(TanhNet):
+    """Bicubic interpolation: an op of paddle.* whose optional operands (sizes given as tensors) are
+    absent; it runs in Paddle while it has no converter, on the engine once it has one."""
+
+    def forward(self, x):
+        h = F.interpolate(F.relu(self.conv(x)), scale_factor=2, mode="bicubic")
+        return self.fc(h.mean(axis=[2, 3]))
+
+
+def train_against_eager(cls, backend):
+    paddle.seed(0)
+    reference = cls()
+    inner = cls()
+    inner.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(inner, backend=backend)
+    losses = []
+    for m in (reference, model):
+        rng = np.random.default_rng(1)
+        opt = paddle.optimizer.Adam(0.01, parameters=m.parameters())
+        run = []
+        for _ in range(STEPS):
+            x = paddle.to_tensor(rng.standard_normal((4, 1, 6, 6)).astype("float32"))
+            loss = (m(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            run.append(float(loss))
+        losses.append(run)
+    assert np.all(np.isfinite(losses))
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for p, q in zip(reference.parameters(), inner.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-6, err_msg=p.name)
+    assert model.engine.steps == STEPS and model.engine.eager_steps == 0
+    [compiled] = [c for c in model.engine.compiled.values() if c is not None]
+    return compiled
+
+
+def test_an_op_its_converter_refuses_runs_in_paddle(refuse_converter, backend):
+    """tanh refused: it runs in Paddle, and its gradient op on the engine reads what Paddle made."""
+    refuse_converter("pd_op.tanh")
+    compiled = train_against_eager(TanhNet, backend)
+    assert compiled.segmented
+    assert "2 ops left to Paddle" not in compiled.summary()
+    assert "1 op left to Paddle (pd_op.tanh: RefusedOpError: " in compiled.summary(), compiled.summary()
+
+
+def test_an_op_with_absent_optional_operands_runs_in_paddle(backend):
+    from paddle_ngraph.frontend import OP_TABLE
+
+    compiled = train_against_eager(Bicubic, backend)
+    if "pd_op.bicubic_interp" not in OP_TABLE:
+        assert compiled.segmented and "pd_op.bicubic_interp: no converter" in compiled.summary()
