@@ -18,6 +18,7 @@ runner after the backward.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,8 @@ from ..transpiler.segments import SOURCE_OPS, refused_by_converters
 from .paddle_piece import PaddlePiece
 
 FORWARD_PHASE, BACKWARD_PHASE = "forward", "backward"
+# "op 'pd_op.x' (block 0, op 7, outputs ...): " in a refusal: the summary names the op type already.
+_LOCATION = re.compile(r"op '[^']*' \(block \d+, op \d+, outputs [^)]*\): ")
 
 
 @dataclass
@@ -163,7 +166,7 @@ class SegmentedCompiled:
                    if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused}
         self.traced = traced
         self.pieces = plan_pieces(traced, lacking)
-        self.reasons = {op.type: ("no converter" if op.type not in OP_TABLE else refused[id(op)])
+        self.reasons = {op.type: ("no converter" if op.type not in OP_TABLE else _LOCATION.sub("", refused[id(op)]))
                         for piece in self.pieces if not piece.on_engine for op in piece.ops}
         graph_inputs = set(traced.data) | set(traced.params) | set(traced.seeds)
         unmade: set = set()

@@ -230,3 +230,11 @@ def test_an_op_with_absent_optional_operands_runs_in_paddle(backend):
     compiled = train_against_eager(Bicubic, backend)
     if "pd_op.bicubic_interp" not in OP_TABLE:
         assert compiled.segmented and "pd_op.bicubic_interp: no converter" in compiled.summary()
+
+
+def test_fallback_false_refuses_the_layer_naming_the_op():
+    from paddle_ngraph.frontend.dygraph import CaptureError
+
+    model = paddle_ngraph.DataParallel(sm.SquareMLP(), fallback=False)
+    with pytest.raises(CaptureError, match=r"(?s)Layer SquareMLP .*custom_op\.pdng_signed_square"):
+        model(paddle.ones([2, sm.FEATURES]))
