@@ -169,6 +169,7 @@ def test_bench_threads_compares_the_default_with_one_thread():
     assert abs(ratio - default_ms / one_ms) <= ratio * (0.005 / default_ms + 0.005 / one_ms) + 0.005
 
 
+@pytest.mark.slow
 def test_bench_dygraph_fallback_tool_reports_every_layer_and_what_runs_where():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_dygraph_fallback.py"), "--rounds", "2",
                            "--steps", "1", "--batch-size", "4"], capture_output=True, text=True, timeout=300,
