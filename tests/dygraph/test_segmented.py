@@ -11,6 +11,7 @@ import paddle.nn.functional as F
 import pytest
 
 import paddle_ngraph
+from paddle_ngraph.distributed.ccl import available as ccl_available
 from ranks import run_ranks
 
 import segmented_models as sm
@@ -101,7 +102,8 @@ def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(caplog):
 
 def train_on_this_rank(cases):
     """On every rank: each (layer, optimizer, backend, micro-batches) on this rank's half of every batch."""
-    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PADDLE_TRAINER_ID", 0)))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PADDLE_TRAINERS_NUM", 1)))
     out = {}
     for layer, optimizer, backend, micro in cases:
         xs, ys = sm.data(layer, STEPS, BATCH)
@@ -110,11 +112,18 @@ def train_on_this_rank(cases):
     return out
 
 
-@pytest.mark.distributed
-def test_two_ranks_train_as_one_process_on_the_whole_batch():
-    cases = [("mlp", "sgd", "CPU", 1), ("conv", "adam", "CPU", 1), ("mlp", "adam", "INTERPRETER", 1),
+MPI_CASES = [("mlp", "sgd", "CPU", 1), ("conv", "adam", "CPU", 1), ("mlp", "adam", "INTERPRETER", 1),
              ("mlp", "sgd", "CPU", 2)]  # the last accumulates a micro-batch under no_sync first
-    run = run_ranks(train_on_this_rank, 2, cases)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("launcher,cases", [
+    ("mpirun", MPI_CASES),
+    pytest.param("launch", [("conv", "adam", "CPU", 1)], marks=pytest.mark.skipif(
+        not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")),
+])
+def test_two_ranks_train_as_one_process_on_the_whole_batch(launcher, cases):
+    run = run_ranks(train_on_this_rank, 2, cases, launcher=launcher)
     for case in cases:
         layer, optimizer, _, micro = case
         xs, ys = sm.data(layer, STEPS, BATCH)
