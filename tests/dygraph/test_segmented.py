@@ -44,19 +44,18 @@ def test_layer_with_a_custom_operator_trains_as_paddle_eager(layer, optimizer, b
            f"custom_op.pdng_signed_square_grad: no converter)" in summary, summary
 
 
-def test_segments_and_what_runs_where(caplog):
+def test_segments_and_what_runs_where(ngraph_logs):
     xs, ys = sm.data("conv", 1, 4)
     paddle.seed(0)
     model = paddle_ngraph.DataParallel(sm.SquareConvNet(), log_level="INFO")
-    with caplog.at_level("INFO", logger="paddle_ngraph"):
-        F.cross_entropy(model(paddle.to_tensor(xs[0])), paddle.to_tensor(ys[0])).backward()
+    F.cross_entropy(model(paddle.to_tensor(xs[0])), paddle.to_tensor(ys[0])).backward()
     [compiled] = [c for c in model.engine.compiled.values() if c is not None]
     pieces = [(p.phase, p.on_engine) for p in compiled.pieces]
     # forward: conv+relu | signed_square | pool+fc; backward: fc+pool grads | its gradient | relu+conv grads
     assert pieces == [("forward", True), ("forward", False), ("forward", True),
                       ("backward", True), ("backward", False), ("backward", True)]
     engine_ops = sum(len(p.ops) for p in compiled.pieces if p.on_engine)
-    said = [r.getMessage() for r in caplog.records if "SquareConvNet (training" in r.getMessage()]
+    said = [r.getMessage() for r in ngraph_logs.records if "SquareConvNet (training" in r.getMessage()]
     assert len(said) == 1 and f"{engine_ops} ops on the engine in 4 segments, 2 ops left to Paddle" in said[0], said
 
 
@@ -82,7 +81,7 @@ def test_input_gradients_and_eval_mode(backend):
     assert model.engine.steps == 2 and model.engine.eager_steps == 0
 
 
-def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(caplog):
+def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(ngraph_logs):
     class Peek(sm.SquareMLP):
         def forward(self, x):
             scale = float(np.abs(x.numpy()).max() > 100) + 1.0
@@ -91,10 +90,9 @@ def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(caplog):
     lines, first = inspect.getsourcelines(Peek.forward)
     line = first + next(k for k, text in enumerate(lines) if ".numpy()" in text)
     model = paddle_ngraph.DataParallel(Peek())
-    with caplog.at_level("WARNING", logger="paddle_ngraph"):
-        for _ in range(2):
-            model(paddle.ones([2, sm.FEATURES])).sum().backward()
-    said = [r.getMessage() for r in caplog.records if "runs eagerly" in r.getMessage()]
+    for _ in range(2):
+        model(paddle.ones([2, sm.FEATURES])).sum().backward()
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
     assert len(said) == 1, said
     assert "Layer Peek" in said[0] and f"{os.path.abspath(__file__)}:{line}" in said[0], said
     assert model.engine.steps == 0 and model.engine.eager_steps == 2
