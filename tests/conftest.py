@@ -118,4 +118,5 @@ def ngraph_logs(caplog):
     logger.propagate = False
     yield caplog
     logger.removeHandler(caplog.handler)
-    logger.propagate, logger.level = propagate, level
+    logger.propagate = propagate
+    logger.setLevel(level)  # (not .level =: the logger caches what its level enables)
