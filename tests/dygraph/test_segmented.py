@@ -245,3 +245,36 @@ def test_fallback_false_refuses_the_layer_naming_the_op():
     model = paddle_ngraph.DataParallel(sm.SquareMLP(), fallback=False)
     with pytest.raises(CaptureError, match=r"(?s)Layer SquareMLP .*custom_op\.pdng_signed_square"):
         model(paddle.ones([2, sm.FEATURES]))
+
+
+class SquareDict(sm.SquareMLP):
+    def forward(self, x):
+        h = sm.signed_square(self.fc1(x))
+        return {"logits": self.fc2(F.tanh(h)), "hidden": h}
+
+
+def test_outputs_keep_their_structure_and_batch_norm_its_mode(backend):
+    paddle.seed(0)
+    reference, inner = SquareDict(), SquareDict()
+    inner.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(inner, backend=backend)
+    x = paddle.to_tensor(np.random.default_rng(5).standard_normal((3, sm.FEATURES)).astype("float32"))
+    expected, got = reference(x), model(x)
+    assert sorted(got) == ["hidden", "logits"]
+    for k in got:
+        np.testing.assert_allclose(got[k].numpy(), expected[k].numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    # Batch norm in eval mode: the running statistics are read, not updated.
+    paddle.seed(0)
+    reference, inner = sm.SquareConvBN(), sm.SquareConvBN()
+    inner.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(inner, backend=backend)
+    xs, _ = sm.data("convbn", 2, 4)
+    for m in (reference, model):
+        m(paddle.to_tensor(xs[0])).sum().backward()  # training: statistics updated
+        m.eval()
+        with paddle.no_grad():
+            m(paddle.to_tensor(xs[1]))
+    for (k, a), b in zip(reference.state_dict().items(), inner.state_dict().values()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    np.testing.assert_allclose(model(paddle.to_tensor(xs[1])).numpy(), reference(paddle.to_tensor(xs[1])).numpy(),
+                               rtol=1e-5, atol=1e-5)
