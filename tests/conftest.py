@@ -102,3 +102,21 @@ def dynamic_mode():
     yield
     if was_static:
         paddle.enable_static()
+
+
+@pytest.fixture
+def ngraph_logs(caplog):
+    """``caplog`` that sees the ``paddle_ngraph`` logger's records once each, whatever ran before:
+    that logger stops propagating to the root once it has its own stderr handler
+    (log_level.apply_log_level), so caplog's handler is attached to it directly, and propagation
+    is off meanwhile. Its level is the configured one (``log_level``; WARNING by default), restored after."""
+    import logging
+
+    logger = logging.getLogger("paddle_ngraph")
+    propagate, level = logger.propagate, logger.level
+    logger.addHandler(caplog.handler)
+    logger.propagate = False
+    yield caplog
+    logger.removeHandler(caplog.handler)
+    logger.propagate = propagate
+    logger.setLevel(level)  # (not .level =: the logger caches what its level enables)

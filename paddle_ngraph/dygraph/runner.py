@@ -29,8 +29,9 @@ import logging
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..frontend.dygraph import GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError, capture
+from ..errors import ConfigError, ConversionError
+from ..frontend.dygraph import (GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError,
+                                RefusedCaptureError, capture, trace)
 from ..ir.roles import Role, written_back
 from ..backends.base import write_back, writeback_positions
 from ..ir import Function
@@ -72,8 +73,11 @@ def _to_paddle(array: np.ndarray):
 class Compiled:
     """One signature of one Layer: its capture and executables."""
 
+    segmented = False  # the whole program on the engine (else segmented.SegmentedCompiled)
+
     def __init__(self, engine: "LayerEngine", cap: Capture):
         self.capture = cap
+        self.trains = cap.backward is not None
         self.engine = engine
         compiler = engine.compiler
         forward, config, nranks = cap.forward, engine.config, engine.transport.size
@@ -151,7 +155,10 @@ class _Saved:
         self.sync, self.done = sync, False
 
     def detach_from_arena(self):
-        self.saved = [np.array(a, copy=True) for a in self.saved]
+        if isinstance(self.saved, dict):  # a segmented Layer's, by name
+            self.saved = {n: np.array(a, copy=True) for n, a in self.saved.items()}
+        else:
+            self.saved = [np.array(a, copy=True) for a in self.saved]
 
 
 def _engine_call_class():
@@ -201,6 +208,7 @@ class LayerEngine:
         self._params = None
         self._views: dict[str, tuple[int, np.ndarray]] = {}
         self.function = None
+        self._executor = None
         register_engine(self)
 
     def rank_prefix(self) -> str:
@@ -230,6 +238,14 @@ class LayerEngine:
     def grad_param_names(self, compiled: Compiled) -> list[str]:
         return compiled.capture.grads
 
+    def paddle_executor(self):
+        """The Paddle executor that runs the ops left to Paddle in a segmented Layer."""
+        if self._executor is None:
+            import paddle
+
+            self._executor = paddle.static.Executor(paddle.CPUPlace())
+        return self._executor
+
     # --- calls --------------------------------------------------------------------------------
     def call(self, args: tuple):
         import paddle
@@ -251,7 +267,7 @@ class LayerEngine:
             if compiled is None:
                 return self.eager(args, None)
         self.steps += 1
-        if compiled.capture.backward is None:
+        if not compiled.trains:
             outputs, _ = self.run_forward(compiled, tensors, train=False)
             return self._pack(compiled, outputs)
         if _ENGINE_CALL is None:
@@ -269,8 +285,7 @@ class LayerEngine:
 
     def _build(self, key, args, training: bool, wants_grad: bool):
         try:
-            cap = capture(self.layer, args, training, wants_grad)
-            compiled = Compiled(self, cap)
+            compiled = self._compile(args, training, wants_grad)
         except CaptureError as e:
             if not self.config.fallback:
                 raise
@@ -281,8 +296,37 @@ class LayerEngine:
                         [list(shape) for shape, _, _ in key[2]])
             return None
         self.compiled[key] = compiled
-        self.function = cap.forward
+        if compiled.segmented:
+            self.function = next((r.function for r in compiled.runners if hasattr(r, "function")), None)
+            where = compiled.summary()
+        else:
+            self.function = compiled.capture.forward
+            where = "the whole program on the engine"
+        log.info("%s%s (%s, inputs %s): %s", self.rank_prefix(), type(self.layer).__name__,
+                 "training" if training else "eval", [list(shape) for shape, _, _ in key[2]], where)
         return compiled
+
+    def _compile(self, args, training: bool, wants_grad: bool):
+        """The whole program on the engine where its converters take every op; else engine
+        segments with the other ops run by Paddle between them (``fallback``; segmented.py)."""
+        if not self.config.fallback:
+            return Compiled(self, capture(self.layer, args, training, wants_grad))
+        traced = trace(self.layer, args, training, wants_grad)
+        if not traced.unconverted:
+            try:
+                return Compiled(self, capture(self.layer, args, training, wants_grad, traced))
+            except RefusedCaptureError:
+                pass  # the op a converter refuses runs in Paddle
+        from .segmented import SegmentedCompiled
+
+        try:
+            return SegmentedCompiled(self, traced)
+        except ConversionError as e:
+            raise CaptureError(f"Layer {traced.name}: {e}") from e
+        except Exception as e:  # never a wrong result: the Layer runs eagerly, the message names the bug
+            raise CaptureError(f"Layer {traced.name}: its engine segments could not be built ({type(e).__name__}: "
+                               f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}; a bug in paddle_ngraph: "
+                               f"please report it with this message)") from e
 
     def eager(self, args, reason, kwargs=None):
         """Runs the Layer in Paddle; with several ranks, its gradients are averaged after backward."""
@@ -332,6 +376,13 @@ class LayerEngine:
         pending = compiled.pending
         if pending is not None and not pending.done:
             pending.detach_from_arena()  # its backward has not run: the arena is about to be reused
+        if compiled.segmented:
+            outputs, saved = compiled.forward(args, self.param_views(), train)
+            record = None
+            if train:
+                record = _Saved(compiled, list(tensors), args, saved, self.sync_gradients and self.transport.size > 1)
+                compiled.pending = record
+            return [_to_paddle(o) for o in outputs], record
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, None)
         write_back(outputs, inputs, compiled.state_writeback)
@@ -345,6 +396,8 @@ class LayerEngine:
 
     def run_backward(self, record: _Saved, output_grads, num_args: int) -> list:
         compiled = record.compiled
+        if compiled.segmented:
+            return self._run_segmented_backward(record, output_grads, num_args)
         cap = compiled.capture
         seeds = []
         for k, g in enumerate(output_grads):
@@ -367,18 +420,52 @@ class LayerEngine:
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:
             compiled.pending = None
+        return self._deliver(cap, [outputs[p] for p in compiled.grad_positions],
+                             {i: outputs[p] for i, p in compiled.xgrad_positions.items()}, sync, pending_local, num_args)
+
+    def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:
+        """The backward pieces. When synchronizing, the engine segments average the gradients they
+        make; those Paddle ops make are averaged here (one AllReduce per dtype)."""
+        compiled = record.compiled
+        seeds = [_view(g) if g is not None else zeros for g, zeros in zip(output_grads, compiled.seed_types)]
+        sync = record.sync
+        pending_local = sync and self.unsynced
+        transport = self.transport if sync and not pending_local else None
+        grads, input_grads, averaged = compiled.backward(record.args, self.param_views(), record.saved, seeds,
+                                                         transport)
+        record.done = True
+        record.saved = record.tensors = record.args = None
+        if compiled.pending is record:
+            compiled.pending = None
+        rest = [k for k, done in enumerate(averaged) if not done]
+        if transport is not None and rest:
+            grads = list(grads)
+            by_dtype: dict = {}
+            for k in rest:
+                grads[k] = np.array(grads[k], copy=True)
+                by_dtype.setdefault(grads[k].dtype.str, []).append(k)
+            for positions in by_dtype.values():
+                reduced = self.transport.allreduce_many([grads[k] for k in positions], self.config.reduction,
+                                                        name="dygraph_paddle_grads")
+                for k, value in zip(positions, reduced):
+                    np.copyto(grads[k], value, casting="no")
+        return self._deliver(compiled.capture, grads, input_grads, sync, pending_local, num_args)
+
+    def _deliver(self, cap, grad_values, xgrad_values: dict, sync: bool, pending_local: bool, num_args: int) -> list:
+        """Parameter gradients into ``param.grad`` as Paddle's accumulation puts them there, the
+        averaging of what ``no_sync`` accumulated, and the input gradients for autograd."""
         params = self.named_tensors()
         grads = []
-        for name, position in zip(cap.grads, compiled.grad_positions):
+        for name, value in zip(cap.grads, grad_values):
             param = params[name]
             existing = param.grad
             if existing is not None and existing._is_initialized():
                 # Paddle's accumulation, param.grad + new, in place.
                 view = _view(existing)
-                np.add(view, outputs[position], out=view)
+                np.add(view, value, out=view)
                 grads.append(None)
             else:
-                grads.append(_to_paddle(np.array(outputs[position], copy=True)))
+                grads.append(_to_paddle(np.array(value, copy=True)))
         if pending_local:
             # The first synchronized backward after no_sync: average the accumulated gradients, as
             # paddle.DataParallel does (their sum over micro-batches, then the mean over ranks).
@@ -398,8 +485,8 @@ class LayerEngine:
         if sync:
             self.updates += 1
         arg_grads = [None] * num_args
-        for i, position in compiled.xgrad_positions.items():
-            arg_grads[i] = _to_paddle(np.array(outputs[position], copy=True))
+        for i, value in xgrad_values.items():
+            arg_grads[i] = _to_paddle(np.array(value, copy=True))
         return arg_grads + grads
 
 

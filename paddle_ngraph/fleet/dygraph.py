@@ -50,7 +50,9 @@ def distributed_model(fleet_obj, model):
     strategy = strategy_in_effect(fleet_obj)
     check_dygraph(fleet_obj, strategy)
     wrapped = DataParallel(model, configs=features.merged_overrides(strategy))
-    log.info("rank %d/%d: %s runs on the engine (%s transport)", wrapped.engine.transport.rank,
+    # What runs where (the engine, Paddle ops between its segments, or all eager) is known at the
+    # Layer's first call, which logs it.
+    log.info("rank %d/%d: %s wrapped for the engine (%s transport)", wrapped.engine.transport.rank,
              wrapped.engine.transport.size, type(model).__name__, wrapped.engine.transport.name)
     return wrapped
 

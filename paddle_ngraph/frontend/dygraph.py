@@ -18,9 +18,11 @@ parameters ``grad_out:<i>`` (``Role.SEED``); ``split_backward.py`` then splits i
 Results (their roles, ir/roles.py): ``out:<i>`` (OUTPUT), ``state:<buffer>`` (STATE: running
 statistics, written back in place), ``grad:<param>`` (GRADIENT) and ``xgrad:<i>`` (INPUT_GRADIENT).
 
-A Layer that cannot be captured this way (Python control flow on tensor values, ``.numpy()`` in
-forward, ops without converter) raises ``CaptureError`` naming the Layer and the reason; the
-caller runs it eagerly.
+``trace`` raises ``CaptureError`` naming the Layer, the reason and the source line for what
+only eager execution runs (Python control flow on tensor values, ``.numpy()`` in forward); the
+caller runs such a Layer eagerly. ``capture`` converts the traced program whole; where ops have no
+converter (``Traced.unconverted``) or a converter refuses one (``RefusedCaptureError``), the
+caller runs the program in segments instead (dygraph/segmented.py).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from ..ir.ops import Parameter
 from ..ir.roles import ResultName, Role, state_result
 from .split_backward import Split, split_backward
 from .pir_decoder import decode_program
+from .converters import OP_TABLE, SKIPPED_OPS
 from .session import ConversionSession, find_unsupported
 
 FAKE = "Fake_var"
@@ -123,8 +126,8 @@ _LEAVES_GRAPH = re.compile(r"\.(numpy|item|tolist)\s*\(")
 
 
 def values_leaving_graph(layer) -> list[str]:
-    """``Class.forward calls .numpy()`` for the user-defined Layers (Paddle's own are known to be
-    clean) whose forward source takes tensor values into Python."""
+    """``Class.forward calls .numpy() (file:line)`` for the user-defined Layers (Paddle's own are
+    known to be clean) whose forward source takes tensor values into Python."""
     found = []
     seen = set()
     for sub in [layer, *layer.sublayers()]:
@@ -133,12 +136,19 @@ def values_leaving_graph(layer) -> list[str]:
             continue
         seen.add(cls)
         try:
-            source = inspect.getsource(cls.forward)
+            lines, first = inspect.getsourcelines(cls.forward)
+            path = inspect.getsourcefile(cls.forward)
         except (OSError, TypeError):
             continue
-        calls = sorted(set(_LEAVES_GRAPH.findall(source)))
+        calls, where = [], []
+        for offset, line in enumerate(lines):
+            hits = _LEAVES_GRAPH.findall(line.split("#", 1)[0])
+            if hits:
+                calls.extend(hits)
+                where.append(f"{path}:{first + offset}")
         if calls:
-            found.append(f"{cls.__name__}.forward calls {', '.join('.' + c + '()' for c in calls)}")
+            listed = ", ".join("." + c + "()" for c in dict.fromkeys(calls))
+            found.append(f"{cls.__name__}.forward calls {listed} at {', '.join(where)}")
     return found
 
 
@@ -146,22 +156,87 @@ def layer_name(layer) -> str:
     return f"{type(layer).__name__} ({layer.full_name()})" if hasattr(layer, "full_name") else type(layer).__name__
 
 
-def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
-    """Captures ``layer(*args)``; ``with_grad``: the backward too (else forward only)."""
+@dataclass
+class Traced:
+    """The program one signature of a Layer traced to, decoded, with the names of what crosses its
+    border: the positional inputs, the parameters and buffers, the outputs, the seeds of their
+    gradients, and the gradients of the inputs (None where there is none) and of the parameters."""
+
+    name: str                     # the Layer, for messages
+    type_name: str                # its class, the function's name
+    view: object                  # ProgramView of the whole program (block 0 is what runs)
+    ops: list                     # block 0's OpViews
+    outputs_structure: object     # Paddle's NestSequence of the outputs
+    data: list[str]
+    params: list[str]
+    outputs: list[str]
+    seeds: list[str]
+    x_grads: list
+    p_grads: dict
+
+    @property
+    def unconverted(self) -> list:
+        """Ops of block 0 without converter, in program order."""
+        return [op for op in self.ops if op.type not in OP_TABLE and op.type not in SKIPPED_OPS]
+
+
+def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
+    """Traces ``layer(*args)`` (``with_grad``: its backward too). Raises ``CaptureError`` for what
+    only eager execution runs: Python control flow on tensor values, values leaving the graph."""
     name = layer_name(layer)
     partial, runnable, program = _trace(layer, args, training, with_grad, name)
     view = decode_program(program, source=f"Layer {name}")
     ops = [op for op in view.ops if op.block == 0]
-    flow = sorted({op.type for op in ops if op.type in _CONTROL_FLOW})
+    flow = [op for op in ops if op.type in _CONTROL_FLOW]
     if flow:
-        raise CaptureError(f"Layer {name}: its forward has Python control flow on tensor values ({', '.join(flow)}), "
+        where = "; ".join(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
+        raise CaptureError(f"Layer {name}: its forward has Python control flow on tensor values ({where}), "
                            f"which the engine does not run in dygraph mode")
-    unsupported = find_unsupported(view, ops)
-    if unsupported:
-        raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
     data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
     params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]
     outputs, seeds, x_grads, p_grads = _program_values(view, ops, partial, runnable)
+    return Traced(name, type(layer).__name__, view, ops, partial._outputs, data, params, outputs, seeds,
+                  x_grads, p_grads)
+
+
+def _source_line(op) -> str:
+    """``file:line (code)`` of the user's code that made a traced op: the innermost frame of its PIR
+    call stack outside Paddle and this package. A ``pd_op.if``/``while`` records none: its
+    condition's does (the comparison on the ``if`` line). ``an unknown line`` where neither does."""
+    native = op.native
+    for candidate in (native, _condition_op(native)):
+        stack = list(getattr(candidate, "callstack", None) or [])
+        for k in range(len(stack) - 1, -1, -1):
+            match = re.search(r'File "([^"]+)", line (\d+)', stack[k])
+            if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
+                code = stack[k + 1].strip() if k + 1 < len(stack) and "File " not in stack[k + 1] else ""
+                return f"{match.group(1)}:{match.group(2)}" + (f" ({code})" if code else "")
+    return "an unknown line"
+
+
+def _condition_op(native):
+    try:
+        return native.operand_source(0).get_defining_op() if native.num_operands() else None
+    except Exception:  # a value without defining op (a block argument)
+        return None
+
+
+class RefusedCaptureError(CaptureError):
+    """A converter refused an op of the traced program (its attributes, a dynamic dimension): the
+    op can run in Paddle between engine segments."""
+
+
+def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced | None = None) -> Capture:
+    """Captures ``layer(*args)`` whole; ``with_grad``: the backward too (else forward only);
+    ``traced``: its ``trace``, if done already."""
+    if traced is None:
+        traced = trace(layer, args, training, with_grad)
+    name, view, ops = traced.name, traced.view, traced.ops
+    unsupported = find_unsupported(view, ops)
+    if unsupported:
+        raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
+    data, params, outputs, seeds = traced.data, traced.params, traced.outputs, traced.seeds
+    x_grads, p_grads = traced.x_grads, traced.p_grads
     session = ConversionSession(view)
     seed_params = []
     for i, (seed, out) in enumerate(zip(seeds, outputs)):
@@ -176,7 +251,7 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
     try:
         session.convert_ops([op for op in ops if not (set(op.output_names()) & seed_set)])
     except ConversionError as e:
-        raise CaptureError(f"Layer {name}: {e}") from e
+        raise RefusedCaptureError(f"Layer {name}: {e}") from e
     results, state = _forward_results(view, session, outputs)
     forward_results = list(results)
     grads = [p for p in params if p in p_grads and p_grads[p] in session.env]
@@ -187,8 +262,8 @@ def capture(layer, args: list, training: bool, with_grad: bool) -> Capture:
         results[result] = session.env[p_grads[p]]
     for result, i in zip(input_grad_results, input_grads):
         results[result] = session.env[x_grads[i]]
-    whole = Function(session.parameters, results, name=type(layer).__name__)
-    capture = Capture(inputs=data, params=params, outputs=partial._outputs, num_outputs=len(outputs),
+    whole = Function(session.parameters, results, name=traced.type_name)
+    capture = Capture(inputs=data, params=params, outputs=traced.outputs_structure, num_outputs=len(outputs),
                       forward=whole, grads=grads, input_grads=input_grads, state=state)
     if with_grad:
         split: Split = split_backward(whole, seed_params, forward_results, grad_results + input_grad_results)

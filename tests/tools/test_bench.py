@@ -167,3 +167,16 @@ def test_bench_threads_compares_the_default_with_one_thread():
     # The table rounds to hundredths: the ratio agrees with the printed times within that rounding.
     assert default_ms > 0 and one_ms > 0
     assert abs(ratio - default_ms / one_ms) <= ratio * (0.005 / default_ms + 0.005 / one_ms) + 0.005
+
+
+@pytest.mark.slow
+def test_bench_dygraph_fallback_tool_reports_every_layer_and_what_runs_where():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_dygraph_fallback.py"), "--rounds", "2",
+                           "--steps", "1", "--batch-size", "4"], capture_output=True, text=True, timeout=300,
+                          env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "# custom-segments: " in out and "2 ops left to Paddle (custom_op.pdng_signed_square: no converter" in out
+    assert "# engine: the whole program on the engine" in out
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == ["engine", "engine-as-segments", "custom-segments", "custom-eager", "paddle-eager"]
