@@ -1,7 +1,8 @@
 """Losses and their grads: softmax_with_cross_entropy (legacy) / cross_entropy_with_softmax (PIR),
-also with use_softmax=False (cross-entropy on probabilities, on any class axis), the legacy (fluid) cross_entropy and cross_entropy2 on probabilities, huber_loss (smooth_l1),
-sigmoid_cross_entropy_with_logits (BCEWithLogits), bce_loss, kldiv_loss, log_loss and nll_loss,
-after Paddle's CPU kernels.
+also with use_softmax=False (cross-entropy on probabilities, on any class axis), the legacy
+(fluid) cross_entropy and cross_entropy2 on probabilities, huber_loss (smooth_l1),
+sigmoid_cross_entropy_with_logits (BCEWithLogits), bce_loss, kldiv_loss, log_loss, nll_loss
+and label_smooth, after Paddle's CPU kernels.
 
 cross_entropy and cross_entropy2 have no PIR counterpart: Paddle 3 expresses them as
 cross_entropy_with_softmax (use_softmax=False), which F.cross_entropy(..., use_softmax=False)
@@ -374,3 +375,30 @@ def nll_loss_grad(ctx):
     if reduction == "mean":
         grad = a.div(grad, ctx.input("Total_weight", "total_weight"))
     ctx.set_output(("X@GRAD", "input_grad"), grad)
+
+
+# --- label_smooth: (1 - epsilon) * label + epsilon * prior (or epsilon / classes) ------------------------
+def _label_smooth_keep(ctx, like):
+    """1 - epsilon, computed in float32 (epsilon is a float attribute) and then cast, as Paddle does."""
+    return a.c(float(np.float32(1) - np.float32(ctx.attr("epsilon", default=0.1))), like)
+
+
+@converter("label_smooth", "pd_op.label_smooth")
+def label_smooth(ctx):
+    label = ctx.input("X", "label")
+    epsilon = np.float32(ctx.attr("epsilon", default=0.1))
+    classes = label.shape[-1] if label.type.rank else -1
+    if classes < 1:
+        raise ctx.fail(f"label needs a static, non-empty last dim, got {label.type}")
+    kept = a.mul(_label_smooth_keep(ctx, label), label)
+    if ctx.has_input("PriorDist", "prior_dist"):
+        spread = a.mul(a.c(float(epsilon), label), ctx.input("PriorDist", "prior_dist"))
+    else:
+        spread = a.c(float(epsilon / np.float32(classes)), label)
+    ctx.set_output(("Out", "out"), a.add(kept, spread))
+
+
+@converter("label_smooth_grad", "pd_op.label_smooth_grad")
+def label_smooth_grad(ctx):
+    dout = ctx.input("Out@GRAD", "out_grad")
+    ctx.set_output(("X@GRAD", "label_grad"), a.mul(_label_smooth_keep(ctx, dout), dout))
