@@ -1,4 +1,4 @@
-"""Ops that pick elements by index or position, with their grads: slice, gather, index_select,
+"""Ops that pick elements by index or position, with their grads: slice, gather, gather_nd, index_select,
 top_k/top_k_v2 (topk in PIR), accuracy, the embedding lookups (lookup_table_v2 / PIR embedding,
 lookup_table) and tril_triu (PIR tril, triu: what nn.Transformer's
 generate_square_subsequent_mask emits, a Select with a constant mask of the last two dims).
@@ -72,6 +72,45 @@ def gather_grad(ctx):
     x, index, axis = _gather_operands(ctx)
     dout = ctx.input("Out@GRAD", "out_grad")
     ctx.set_output(("X@GRAD", "x_grad"), ops.ScatterAdd(zeros_like(x), index, dout, axis=axis).output())
+
+
+# --- gather_nd: index [..., k] picks x's slices x[i0, ..., ik-1] ----------------------------------------------
+def _gather_nd_operands(ctx):
+    """(x, flat row index, x with its first k dims merged, output shape): Gather on the merged rows
+    at the row-major offsets of the k-tuples, the same elements Paddle's loop picks."""
+    x, index = ctx.input("X", "x"), ctx.input("Index", "index")
+    if index.dtype not in (DType.int32, DType.int64) or index.type.rank < 1:
+        raise ctx.fail(f"index must be an int32 or int64 tensor of rank >= 1, got {index.type}")
+    k = index.shape[-1]
+    if k < 1 or k > x.type.rank or any(d < 0 for d in x.shape[:k]):
+        raise ctx.fail(f"index {index.type} must end in a static 1 <= k <= rank of x {x.type}, over static dims")
+    leading, rest = list(index.shape[:-1]), list(x.shape[k:])
+    if sum(d < 0 for d in leading) > 1 or any(d < 0 for d in rest):
+        raise ctx.fail(f"at most one dynamic dim in index {index.type}, none in the slices of x {x.type}")
+    rows = ops.Reshape(x, shape=[int(np.prod(x.shape[:k]))] + rest).output()
+    offset = None
+    for j in range(k):  # sum of index[..., j] * stride_j
+        column = index if k == 1 else ops.Slice(index, axes=[index.type.rank - 1], starts=[j], ends=[j + 1]).output()
+        stride = int(np.prod(x.shape[j + 1:k]))
+        term = column if stride == 1 else ops.Multiply(column, constant(stride, index.dtype)).output()
+        offset = term if offset is None else ops.Add(offset, term).output()
+    return x, ops.Reshape(offset, shape=[-1]).output(), rows, leading + rest
+
+
+@converter("gather_nd", "pd_op.gather_nd")
+def gather_nd(ctx):
+    _, offset, rows, shape = _gather_nd_operands(ctx)
+    ctx.set_output(("Out", "out"), ops.Reshape(ops.Gather(rows, offset, axis=0).output(), shape=shape).output())
+
+
+@converter("gather_nd_grad", "pd_op.gather_nd_grad")
+def gather_nd_grad(ctx):
+    """Repeated index tuples accumulate, as in Paddle's ScatterNdAdd."""
+    x, offset, rows, _ = _gather_nd_operands(ctx)
+    dout = ctx.input("Out@GRAD", "out_grad")
+    updates = ops.Reshape(dout, shape=[-1] + list(rows.shape[1:])).output()
+    grad = ops.ScatterAdd(zeros_like(rows), offset, updates, axis=0).output()
+    ctx.set_output(("X@GRAD", "x_grad"), ops.Reshape(grad, shape=list(x.shape)).output())
 
 
 # --- top-k and accuracy -----------------------------------------------------------------------------

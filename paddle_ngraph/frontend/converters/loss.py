@@ -1,41 +1,98 @@
 """Losses and their grads: softmax_with_cross_entropy (legacy) / cross_entropy_with_softmax (PIR),
-the legacy (fluid) cross_entropy and cross_entropy2 on probabilities, huber_loss (smooth_l1),
-sigmoid_cross_entropy_with_logits (BCEWithLogits), bce_loss, kldiv_loss, log_loss and nll_loss,
-after Paddle's CPU kernels.
+also with use_softmax=False (cross-entropy on probabilities, on any class axis), the legacy
+(fluid) cross_entropy and cross_entropy2 on probabilities, huber_loss (smooth_l1),
+sigmoid_cross_entropy_with_logits (BCEWithLogits), bce_loss, kldiv_loss, log_loss, nll_loss
+and label_smooth, after Paddle's CPU kernels.
 
 cross_entropy and cross_entropy2 have no PIR counterpart: Paddle 3 expresses them as
-cross_entropy_with_softmax (use_softmax=False).
+cross_entropy_with_softmax (use_softmax=False), which F.cross_entropy(..., use_softmax=False)
+emits in both IRs (softmax_with_cross_entropy with use_softmax=False in legacy).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir import ops
-from ...ir.types import DType
+from ...ir.types import DType, normalize_axis
 from . import arith as a
 from .helpers import constant
 from .registry import converter
 
 
 def _softmax_ce_attrs(ctx):
-    if not ctx.attr("use_softmax", default=True):
-        raise ctx.fail("use_softmax=False (input already a probability) is not supported")
     return dict(axis=int(ctx.attr("axis", default=-1)), soft_label=bool(ctx.attr("soft_label", default=False)),
                 ignore_index=int(ctx.attr("ignore_index", default=-100)))
 
 
+def _uses_softmax(ctx) -> bool:
+    return bool(ctx.attr("use_softmax", default=True))
+
+
 @converter("softmax_with_cross_entropy", "pd_op.cross_entropy_with_softmax")
 def softmax_with_cross_entropy(ctx):
-    node = ops.SoftmaxCrossEntropy(ctx.input("Logits", "input"), ctx.input("Label", "label"), **_softmax_ce_attrs(ctx))
+    """use_softmax=False (F.cross_entropy on probabilities, the softmax + cross_entropy pattern of
+    Paddle's examples): Paddle's kernel takes the log of the input itself and copies the input to
+    the Softmax output."""
+    logits, label = ctx.input("Logits", "input"), ctx.input("Label", "label")
+    if not _uses_softmax(ctx):
+        attrs = _probability_ce_attrs(ctx, logits, label)
+        ctx.set_output(("Softmax", "softmax"), logits)
+        ctx.set_output(("Loss", "loss"), _on_last_axis(ctx, logits, label, lambda x, y: ops.CrossEntropy(
+            x, y, soft_label=attrs["soft_label"], ignore_index=attrs["ignore_index"]).output(0)))
+        return
+    node = ops.SoftmaxCrossEntropy(logits, label, **_softmax_ce_attrs(ctx))
     ctx.set_output(("Softmax", "softmax"), node.output(0))
     ctx.set_output(("Loss", "loss"), node.output(1))
 
 
 @converter("softmax_with_cross_entropy_grad", "pd_op.cross_entropy_with_softmax_grad")
 def softmax_with_cross_entropy_grad(ctx):
-    node = ops.SoftmaxCrossEntropyBackprop(ctx.input("Softmax", "softmax"), ctx.input("Label", "label"),
-                                           ctx.input("Loss@GRAD", "loss_grad"), **_softmax_ce_attrs(ctx))
+    """use_softmax=False: -dloss / x at the label (hard labels; 0 at ignored ones) or
+    -dloss * label / x (soft labels), x being the Softmax input (the forward's input)."""
+    softmax, label, dloss = ctx.input("Softmax", "softmax"), ctx.input("Label", "label"), \
+        ctx.input("Loss@GRAD", "loss_grad")
+    if not _uses_softmax(ctx):
+        attrs = _probability_ce_attrs(ctx, softmax, label)
+        dloss = _axis_last(ctx, dloss)
+        grad = _on_last_axis(ctx, softmax, label, lambda x, y: ops.CrossEntropyBackprop(
+            x, y, dloss, soft_label=attrs["soft_label"], ignore_index=attrs["ignore_index"]).output())
+        ctx.set_output(("Logits@GRAD", "input_grad"), grad)
+        return
+    node = ops.SoftmaxCrossEntropyBackprop(softmax, label, dloss, **_softmax_ce_attrs(ctx))
     ctx.set_output(("Logits@GRAD", "input_grad"), node.output())
+
+
+# --- use_softmax=False: CrossEntropy on the class axis moved last -------------------------------------------
+def _probability_ce_attrs(ctx, x, label) -> dict:
+    attrs = _softmax_ce_attrs(ctx)
+    if not attrs["soft_label"] and label.dtype not in (DType.int64, DType.int32):
+        raise ctx.fail(f"hard labels must be int64 or int32, got {label.type}")
+    if x.type.rank < 1:
+        raise ctx.fail(f"input must have a class axis, got {x.type}")
+    return attrs
+
+
+def _last_axis_permutation(ctx, rank: int) -> list[int] | None:
+    """The permutation that moves ``axis`` last (None when it already is)."""
+    axis = normalize_axis(int(ctx.attr("axis", default=-1)), rank)
+    if axis == rank - 1:
+        return None
+    return [d for d in range(rank) if d != axis] + [axis]
+
+
+def _axis_last(ctx, value):
+    perm = _last_axis_permutation(ctx, value.type.rank)
+    return value if perm is None else ops.Transpose(value, perm=perm).output()
+
+
+def _on_last_axis(ctx, x, label, compute):
+    """``compute(x, label)`` with the class axis moved last, its result moved back: Paddle's loops
+    walk the class axis with a stride, which is the same arithmetic per element."""
+    perm = _last_axis_permutation(ctx, x.type.rank)
+    if perm is None:
+        return compute(x, label)
+    out = compute(_axis_last(ctx, x), _axis_last(ctx, label))
+    return ops.Transpose(out, perm=[perm.index(d) for d in range(len(perm))]).output()
 
 
 def _cross_entropy_attrs(ctx, soft_label: bool) -> dict:
@@ -318,3 +375,30 @@ def nll_loss_grad(ctx):
     if reduction == "mean":
         grad = a.div(grad, ctx.input("Total_weight", "total_weight"))
     ctx.set_output(("X@GRAD", "input_grad"), grad)
+
+
+# --- label_smooth: (1 - epsilon) * label + epsilon * prior (or epsilon / classes) ------------------------
+def _label_smooth_keep(ctx, like):
+    """1 - epsilon, computed in float32 (epsilon is a float attribute) and then cast, as Paddle does."""
+    return a.c(float(np.float32(1) - np.float32(ctx.attr("epsilon", default=0.1))), like)
+
+
+@converter("label_smooth", "pd_op.label_smooth")
+def label_smooth(ctx):
+    label = ctx.input("X", "label")
+    epsilon = np.float32(ctx.attr("epsilon", default=0.1))
+    classes = label.shape[-1] if label.type.rank else -1
+    if classes < 1:
+        raise ctx.fail(f"label needs a static, non-empty last dim, got {label.type}")
+    kept = a.mul(_label_smooth_keep(ctx, label), label)
+    if ctx.has_input("PriorDist", "prior_dist"):
+        spread = a.mul(a.c(float(epsilon), label), ctx.input("PriorDist", "prior_dist"))
+    else:
+        spread = a.c(float(epsilon / np.float32(classes)), label)
+    ctx.set_output(("Out", "out"), a.add(kept, spread))
+
+
+@converter("label_smooth_grad", "pd_op.label_smooth_grad")
+def label_smooth_grad(ctx):
+    dout = ctx.input("Out@GRAD", "out_grad")
+    ctx.set_output(("X@GRAD", "label_grad"), a.mul(_label_smooth_keep(ctx, dout), dout))

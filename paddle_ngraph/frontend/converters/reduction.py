@@ -1,9 +1,14 @@
 """Reductions and their grads: reduce_mean/reduce_sum (legacy) and mean/sum (PIR), the mean of all
 elements (legacy ``mean``, PIR ``mean_all``), and the norms gradient clipping emits
 (squared_l2_norm, clip_by_norm; after Paddle's clip_by_norm_kernel_impl.h and
-squared_l2_norm_*_impl.h).
+squared_l2_norm_*_impl.h), and p_norm (the vector p-norm of paddle.linalg.norm and
+nn.PairwiseDistance, which triplet_margin_loss uses; after Paddle's p_norm_kernel.cc).
 """
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from ...ir import ops
 from . import arith as a
@@ -103,3 +108,59 @@ def clip_by_norm(ctx):
     norm = ops.Sqrt(_sum_of_squares(x)).output()
     scaling = a.select(a.le(norm, max_norm), a.c(1, x), a.div(max_norm, norm))
     _set_out(ctx, a.mul(x, scaling))
+
+
+# --- p_norm: along one axis, or over every element (asvector) ------------------------------------------------
+def _p_norm_attrs(ctx, x):
+    """(porder, axes reduced, the norm's shape with the reduced axes kept as 1)."""
+    porder = float(ctx.attr("porder", default=2.0))
+    if ctx.attr("asvector", default=False):
+        axes = list(range(x.type.rank))
+    else:
+        axes = [int(ctx.attr("axis", default=-1)) % max(x.type.rank, 1)]
+    kept = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    if sum(d < 0 for d in kept) > 1:
+        raise ctx.fail(f"at most one dynamic dim outside the reduced axes, got {x.type}")
+    return porder, axes, kept
+
+
+@converter("p_norm", "pd_op.p_norm")
+def p_norm(ctx):
+    """porder 0: count of non-zeros; +-inf: max/min of |x|; else (sum |x|^p)^(1/p)."""
+    x = _x(ctx)
+    porder, axes, _ = _p_norm_attrs(ctx, x)
+    keep = bool(ctx.attr("keepdim", default=False))
+    magnitude = ops.Abs(x).output()
+    if porder == 0:
+        norm = ops.ReduceSum(a.as_dtype(ops.NotEqual(x, a.c(0, x)).output(), x), axes=axes, keep_dims=keep).output()
+    elif math.isinf(porder):
+        reduce = ops.ReduceMax if porder > 0 else ops.ReduceMin
+        norm = reduce(magnitude, axes=axes, keep_dims=keep).output()
+    else:
+        powered = ops.Power(magnitude, a.c(porder, x)).output()
+        summed = ops.ReduceSum(powered, axes=axes, keep_dims=keep).output()
+        # Paddle's porder is a float attribute: 1 / porder is rounded to float32 even for float64 x.
+        norm = ops.Power(summed, a.c(float(np.float32(1.0) / np.float32(porder)), x)).output()
+    _set_out(ctx, norm)
+
+
+@converter("p_norm_grad", "pd_op.p_norm_grad")
+def p_norm_grad(ctx):
+    """+-inf: dout * sign(x) where |x| is the norm; else |x|^(p-1) / (norm^(p-1) + epsilon) * dout
+    * sign(x); porder 0: zeros."""
+    x, dout = _x(ctx), _dout(ctx)
+    porder, _, kept = _p_norm_attrs(ctx, x)
+    norm = ops.Reshape(ctx.input("Out", "out"), shape=kept).output()
+    dout = ops.Reshape(dout, shape=kept).output()
+    magnitude = ops.Abs(x).output()
+    if porder == 0:
+        _set_dx(ctx, ops.BroadcastTo(a.c(0, x), x).output())
+        return
+    if math.isinf(porder):
+        picked = a.as_dtype(ops.Equal(magnitude, norm).output(), x)
+        _set_dx(ctx, a.mul(a.mul(picked, a.sign(x)), dout))
+        return
+    exponent = a.c(porder - 1.0, x)
+    epsilon = a.c(float(ctx.attr("epsilon", default=1e-12)), x)
+    ratio = a.div(ops.Power(magnitude, exponent).output(), a.add(ops.Power(norm, exponent).output(), epsilon))
+    _set_dx(ctx, a.mul(a.mul(ratio, dout), a.sign(x)))

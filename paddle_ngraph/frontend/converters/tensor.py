@@ -1,5 +1,6 @@
 """Tensor creation, retyping and copies: fill_constant/full, full_int_array, full_like, assign,
-assign_value, cast, fill_zeros_like; and dropout, whose random mask is created here.
+assign_value, cast, fill_zeros_like, shape (shape64 in PIR) and full_with_tensor (a full of a
+shape tensor: sigmoid_focal_loss's ones); and dropout, whose random mask is created here.
 """
 from __future__ import annotations
 
@@ -65,6 +66,52 @@ def assign_value(ctx):
     # Legacy programs store paddle Scalar objects; PIR plain numbers.
     values = [v.value() if hasattr(v, "value") and callable(v.value) else v for v in values]
     ctx.set_output(("Out", "out"), ops.Constant(np.asarray(values, dtype=dtype.numpy).reshape(shape)).output())
+
+
+# --- shapes as tensors ----------------------------------------------------------------------------------------
+_SHAPE_OPS = ("shape", "pd_op.shape", "pd_op.shape64")
+
+
+@converter(*_SHAPE_OPS)
+def shape(ctx):
+    """A constant: the IR has no run-time shape, so a dynamic dimension refuses (the op then runs
+    in Paddle; full_with_tensor still converts, see below)."""
+    x = ctx.input("Input", "input")
+    if not x.type.is_static:
+        raise ctx.fail(f"the shape of {x.type} is not known at conversion time")
+    dtype = "int64" if ctx.op_type == "pd_op.shape64" else "int32"
+    ctx.set_output(("Out", "out"), ops.Constant(np.asarray(x.shape, dtype=dtype)).output())
+
+
+def _shape_source(ctx, slot: str) -> Output | None:
+    """The tensor whose shape op made input ``slot``, if a shape op made it."""
+    name = ctx.input_name(slot)
+    view = ctx.session.view
+    producer = next((op for op in view.ops if op.block == ctx.op.block and name in op.output_names()), None)
+    if producer is None or producer.type not in _SHAPE_OPS:
+        return None
+    return ctx.session.value(producer.input_names()[0], ctx)
+
+
+@converter("pd_op.full_with_tensor")
+def full_with_tensor(ctx):
+    """value broadcast to a shape given as a tensor: a constant one, or the shape of a tensor
+    (paddle.shape(x), dynamic dims included), which is a broadcast to that tensor."""
+    dtype = paddle_dtype(ctx.attr("dtype"))
+    value = ctx.input("value")
+    if value.type.rank:
+        if any(d != 1 for d in value.shape):
+            raise ctx.fail(f"value must hold one element, got {value.type}")
+        value = ops.Reshape(value, shape=[]).output()
+    if value.dtype != dtype:
+        value = ops.Convert(value, dtype=dtype.value).output()
+    source = _shape_source(ctx, "shape")
+    if source is not None:
+        like = source if source.dtype == dtype else ops.Convert(source, dtype=dtype.value).output()
+        ctx.set_output(("Out", "out"), ops.BroadcastTo(value, like).output())
+        return
+    dims = [int(d) for d in ctx.const_input("shape").reshape(-1)]
+    ctx.set_output(("Out", "out"), ops.BroadcastTo(value, ops.Constant(np.zeros(dims, dtype.numpy)).output()).output())
 
 
 # --- retyping and zeros ------------------------------------------------------------------------------
