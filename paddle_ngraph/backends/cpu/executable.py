@@ -82,6 +82,7 @@ class Specialization:
         PassManager([self.deduplicated, self.fused, self.liveness, self.memory]).run(function)
         self.transport = transport
         self.collectives = []
+        self.threads = threads  # compute threads of its steps (work.py: one for a small step)
         self.native = self._build(threads)
         self.labels = collective_labels(function, self.collectives)
         self._trace_descriptions = None

@@ -5,17 +5,19 @@ With more than one thread a step is handed to the executor's compute thread (nat
 executor.cc, ``ComputeThread``) and each kernel forks an OpenMP team: two thread wake-ups per
 step and a fork/join per kernel. That costs 7-10 us on a quiet machine and far more on a busy one
 (measured: a 32-64-10 MLP at batch 4 spent 170 us per step in the executable under load 3, of which
-the kernels were 3 us). A second core can save at most half of the kernels' time, so a step whose
-kernels take well under a millisecond runs faster on the caller's thread alone.
+the kernels were 3 us). A second core can save at most half of the kernels' time, so a step of a few
+tens of microseconds of kernels runs faster on the caller's thread alone.
 """
 from __future__ import annotations
 
 from ...ir import Function
 
-# Below this many floating-point operations per step, one thread (about 0.1-0.2 ms of
-# kernels at the 50-100 GFLOP/s a single core reaches on small matrices): the most a second
-# thread could save is about what its hand-offs cost. tools/bench.py --small measures the effect.
-SMALL_STEP_FLOPS = 10_000_000
+# Below this many floating-point operations per step, one thread: 20-40 us of kernels on one core,
+# so a second thread could save at most about what its hand-offs cost. Measured with
+# tools/bench.py --small's models on 2 vCPUs under load: two threads were still 5-15% faster at
+# 3.6 MFLOP (the word2vec model) and 8 MFLOP (784-600-10 at batch 4); one thread was faster for
+# the dygraph Layers of a few kFLOP.
+SMALL_STEP_FLOPS = 2_000_000
 
 _CONVOLUTIONS = ("Convolution", "ConvolutionBackpropData", "ConvolutionBackpropFilter")
 
