@@ -267,7 +267,8 @@ class CPUExecutable(Executable):
             arrays.append(array if array.flags.c_contiguous else np.require(array, requirements="C"))
         # Shapes are checked when a specialization is made for them: the same shapes pass again.
         specialization = self._specialization(arrays, transport)
-        specialization.progress_base = specialization.native.collective_progress()
+        if specialization.collectives:
+            specialization.progress_base = specialization.native.collective_progress()
         self.last = specialization
         outputs = specialization.native.run(arrays)
         for position, index in specialization.result_is_input.items():
@@ -303,7 +304,7 @@ class CPUExecutable(Executable):
         return self.last.last_spans()
 
     def _specialization(self, arrays, transport) -> Specialization:
-        signature = tuple(a.shape for a in arrays)
+        signature = tuple([a.shape for a in arrays])
         if transport is not self._transport:
             self._specializations.clear()  # communicators are bound at build time
             self._transport = transport
