@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from ...ir import Function
 
-# Below this many floating-point operations per step, one thread: 20-40 us of kernels on one core,
-# so a second thread could save at most about what its hand-offs cost. Measured with
-# tools/bench.py --small's models on 2 vCPUs under load: two threads were still 5-15% faster at
-# 3.6 MFLOP (the word2vec model) and 8 MFLOP (784-600-10 at batch 4); one thread was faster for
-# the dygraph Layers of a few kFLOP.
-SMALL_STEP_FLOPS = 2_000_000
+# Below this many floating-point operations per step, one thread: up to a few hundred microseconds of
+# kernels, where a second thread saves little and its hand-offs can cost a lot. Measured with
+# tools/bench_small.py's models on 2 vCPUs shared with other jobs (load average 4-6): LeNet at batch 8
+# (18 MFLOP) took 1.15-1.2 ms per step on one thread or two when the machine was quiet for a moment, and
+# 4.0 ms in most rounds on two (each step waiting for a scheduler tick to wake a thread); the
+# 784-600-10 MLP at batch 4 (8 MFLOP) was 5-15% faster on two threads in quiet rounds and up to 3x
+# slower in busy ones.
+SMALL_STEP_FLOPS = 32_000_000
 
 _CONVOLUTIONS = ("Convolution", "ConvolutionBackpropData", "ConvolutionBackpropFilter")
 

@@ -140,10 +140,12 @@ def test_a_small_step_runs_on_one_thread_unless_threads_are_set(monkeypatch):
     np.testing.assert_array_equal(auto.call(inputs)[0], explicit.call(inputs)[0])
     assert work.step_flops(auto.last.function) < work.SMALL_STEP_FLOPS
     assert (auto.last.threads, explicit.last.threads) == (1, 2)
-    # A batch big enough to share: the cores again.
-    big = [np.ones((200_000, 3), "float32"), inputs[1], np.zeros((200_000, 1), "int64")]
-    auto.call(big)
-    assert work.step_flops(auto.last.function) >= work.SMALL_STEP_FLOPS and auto.last.threads == 2
+    # A product big enough to share: the cores again.
+    a = ops.Parameter(dtype="float32", shape=(-1, 512), name="a")
+    b = ops.Parameter(dtype="float32", shape=(512, 512), name="b")
+    product = get_backend("CPU").compile(Function([a, b], {"ab": ops.MatMul(a.output(), b.output()).output()}))
+    product.call([np.ones((512, 512), "float32"), np.ones((512, 512), "float32")])
+    assert work.step_flops(product.last.function) >= work.SMALL_STEP_FLOPS and product.last.threads == 2
 
 
 def test_step_flops_count_multiply_adds_of_products_and_convolutions():
