@@ -39,6 +39,33 @@ def run_callback_address():
     return <uintptr_t>&_run
 
 
+cdef extern from *:
+    """
+    static __thread int pdng_keeps_thread_state = 0;
+    """
+    int pdng_keeps_thread_state
+
+cdef extern from "Python.h":
+    ctypedef struct PyThreadState:
+        pass
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() nogil
+    PyThreadState* PyEval_SaveThread() nogil
+
+
+cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims, const int64_t* shapes,
+              void* alloc_ctx, alloc_fn alloc, char* error, int error_len) noexcept nogil:
+    # Paddle's executor calls from its own worker threads, which Python does not know: taking the GIL
+    # there makes a thread state and dropping it destroys it again, every step. The first call on a
+    # thread makes one that stays (ensured once, never released), so later calls only take the GIL.
+    global pdng_keeps_thread_state
+    if not pdng_keeps_thread_state:
+        PyGILState_Ensure()
+        PyEval_SaveThread()
+        pdng_keeps_thread_state = 1
+    return _run_with_gil(engine_id, n, ptrs, dtypes, ndims, shapes, alloc_ctx, alloc, error, error_len)
+
+
 # Paddle dtype code -> NumPy type number, looked up per input and step.
 _TYPE_NUM_OF_PADDLE = {code: cnp.dtype(np_type).num for code, np_type in _NUMPY_OF_PADDLE.items()}
 
@@ -59,8 +86,9 @@ cdef object _wrap(void* ptr, int dtype, int ndim, const int64_t* shape):
     return cnp.PyArray_SimpleNewFromData(ndim, dims, type_num, ptr)
 
 
-cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims, const int64_t* shapes,
-              void* alloc_ctx, alloc_fn alloc, char* error, int error_len) noexcept with gil:
+cdef int _run_with_gil(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims,
+                       const int64_t* shapes, void* alloc_ctx, alloc_fn alloc, char* error,
+                       int error_len) noexcept with gil:
     cdef int i, offset = 0
     cdef void* dst
     cdef const int64_t* out_shape
