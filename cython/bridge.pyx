@@ -50,6 +50,7 @@ cdef extern from "Python.h":
         pass
     ctypedef int PyGILState_STATE
     PyGILState_STATE PyGILState_Ensure() nogil
+    int PyGILState_Check() nogil
     PyThreadState* PyEval_SaveThread() nogil
 
 
@@ -58,8 +59,9 @@ cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const in
     # Paddle's executor calls from its own worker threads, which Python does not know: taking the GIL
     # there makes a thread state and dropping it destroys it again, every step. The first call on a
     # thread makes one that stays (ensured once, never released), so later calls only take the GIL.
+    # (Not on a thread that holds the GIL already: releasing it here would return to its caller without it.)
     global pdng_keeps_thread_state
-    if not pdng_keeps_thread_state:
+    if not pdng_keeps_thread_state and not PyGILState_Check():
         PyGILState_Ensure()
         PyEval_SaveThread()
         pdng_keeps_thread_state = 1
