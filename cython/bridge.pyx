@@ -39,30 +39,64 @@ def run_callback_address():
     return <uintptr_t>&_run
 
 
+cdef extern from *:
+    """
+    static __thread int pdng_keeps_thread_state = 0;
+    """
+    int pdng_keeps_thread_state
+
+cdef extern from "Python.h":
+    ctypedef struct PyThreadState:
+        pass
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() nogil
+    int PyGILState_Check() nogil
+    PyThreadState* PyEval_SaveThread() nogil
+
+
+cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims, const int64_t* shapes,
+              void* alloc_ctx, alloc_fn alloc, char* error, int error_len) noexcept nogil:
+    # Paddle's executor calls from its own worker threads, which Python does not know: taking the GIL
+    # there makes a thread state and dropping it destroys it again, every step. The first call on a
+    # thread makes one that stays (ensured once, never released), so later calls only take the GIL.
+    # (Not on a thread that holds the GIL already: releasing it here would return to its caller without it.)
+    global pdng_keeps_thread_state
+    if not pdng_keeps_thread_state and not PyGILState_Check():
+        PyGILState_Ensure()
+        PyEval_SaveThread()
+        pdng_keeps_thread_state = 1
+    return _run_with_gil(engine_id, n, ptrs, dtypes, ndims, shapes, alloc_ctx, alloc, error, error_len)
+
+
+# Paddle dtype code -> NumPy type number, looked up per input and step.
+_TYPE_NUM_OF_PADDLE = {code: cnp.dtype(np_type).num for code, np_type in _NUMPY_OF_PADDLE.items()}
+
+
 cdef object _wrap(void* ptr, int dtype, int ndim, const int64_t* shape):
     cdef cnp.npy_intp dims[16]
-    cdef int i
+    cdef int i, type_num
     if ndim > 16:
         raise ValueError(f"tensors of rank {ndim} are not supported (at most 16)")
     for i in range(ndim):
         dims[i] = shape[i]
     try:
-        np_type = _NUMPY_OF_PADDLE[dtype]
+        type_num = _TYPE_NUM_OF_PADDLE[dtype]
     except KeyError:
         raise TypeError(f"unsupported Paddle dtype code {dtype}") from None
-    type_num = cnp.dtype(np_type).num
     if ptr == NULL:  # zero-size tensors may have no buffer
-        return np.empty([dims[i] for i in range(ndim)], dtype=np_type)
+        return np.empty([dims[i] for i in range(ndim)], dtype=_NUMPY_OF_PADDLE[dtype])
     return cnp.PyArray_SimpleNewFromData(ndim, dims, type_num, ptr)
 
 
-cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims, const int64_t* shapes,
-              void* alloc_ctx, alloc_fn alloc, char* error, int error_len) noexcept with gil:
+cdef int _run_with_gil(int64_t engine_id, int n, void** ptrs, const int* dtypes, const int* ndims,
+                       const int64_t* shapes, void* alloc_ctx, alloc_fn alloc, char* error,
+                       int error_len) noexcept with gil:
     cdef int i, offset = 0
     cdef void* dst
     cdef const int64_t* out_shape
     cdef cnp.ndarray contiguous
-    cdef cnp.ndarray shape_array
+    cdef int64_t out_dims[16]
+    cdef int d, out_ndim
     cdef Py_ssize_t nbytes
     try:
         engine = _engines.get(engine_id)
@@ -76,11 +110,18 @@ cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const in
             offset += ndims[i]
         outputs = engine.run(arrays, [dtypes[i] for i in range(n)])
         for i, (code, value) in enumerate(outputs):
-            contiguous = np.asarray(value, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
-            shape_array = np.asarray(np.shape(contiguous), dtype=np.int64).reshape(-1)
-            out_shape = <const int64_t*>cnp.PyArray_DATA(shape_array)
+            if type(value) is np.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(value):
+                contiguous = value
+            else:
+                contiguous = np.asarray(value, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
+            out_ndim = cnp.PyArray_NDIM(contiguous)
+            if out_ndim > 16:
+                raise ValueError(f"output {i} has rank {out_ndim} (at most 16)")
+            for d in range(out_ndim):
+                out_dims[d] = cnp.PyArray_DIMS(contiguous)[d]
+            out_shape = out_dims
             nbytes = cnp.PyArray_NBYTES(contiguous)
-            dst = alloc(alloc_ctx, i, code, cnp.PyArray_NDIM(contiguous), out_shape)
+            dst = alloc(alloc_ctx, i, code, out_ndim, out_shape)
             if dst == NULL and nbytes:
                 raise RuntimeError(f"ngraph_engine could not allocate output {i}")
             if nbytes:

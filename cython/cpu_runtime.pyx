@@ -94,8 +94,17 @@ cdef void _fallback(void* context, int node_index, int n_in, void* const* in_ptr
 
 
 def array_at(uintptr_t address, dtype, shape):
-    """A NumPy array over memory owned elsewhere (no copy); the caller keeps the owner alive."""
-    return _array_at(<void*>address, cnp.dtype(dtype).num, tuple(int(d) for d in shape))
+    """A NumPy array over memory owned elsewhere (no copy); the caller keeps the owner alive.
+    Called several times per dygraph step (paddle_ngraph/dygraph/runner.py): no tuple is made of
+    ``shape`` and a NumPy dtype is used as it is."""
+    cdef cnp.npy_intp dims[32]
+    cdef Py_ssize_t i, ndim = len(shape)
+    cdef int typenum = (<cnp.dtype>dtype).type_num if isinstance(dtype, cnp.dtype) else cnp.dtype(dtype).num
+    if ndim > 32:
+        raise ValueError(f"arrays of rank {ndim} are not supported (at most 32)")
+    for i in range(ndim):
+        dims[i] = shape[i]
+    return cnp.PyArray_SimpleNewFromData(ndim, dims, typenum, <void*>address)
 
 
 cdef object _array_at(void* address, int typenum, tuple shape):

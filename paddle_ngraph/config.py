@@ -117,9 +117,10 @@ class Config:
             "has no bf16 kernels yet (they need avx512_bf16 or amx_bf16): it runs float32 and says so once.")
     threads: int = option(
         0, minimum=0,
-        summary="compute threads per rank of the CPU backend; 0 = cores / ranks on this node",
+        summary="compute threads per rank of the CPU backend; 0 = cores / ranks on this node (1 for small steps)",
         doc="Compute threads per rank of the CPU backend (an integer >= 0; 0 = the cores available to the\n"
-            "process divided by the ranks on this node, so that ranks do not oversubscribe it). The\n"
+            "process divided by the ranks on this node, so that ranks do not oversubscribe it, and one for a\n"
+            "step of under 32 MFLOP, whose hand-offs between threads would cost more than they save). The\n"
             "INTERPRETER leaves threading to NumPy.")
     check_finite: bool = option(
         False,

@@ -5,6 +5,7 @@
     python tools/bench.py --smoke               # a few steps of everything, for the tests
     python tools/bench.py --scaling --ranks 2   # scaling efficiency, 1 against 2 ranks of one thread each
     python tools/bench.py --precision fp32,bf16 # what bf16 buys, against torch.autocast
+    python tools/bench.py --small --rounds 7    # fixed per-step costs of small programs against Paddle
 
 Systems (each on the same model, per-rank batch and random data):
   ngraph-cpu       paddle_ngraph, CPU backend (transpile + plain exe.run); 2+ ranks under mpirun (MPI)
@@ -63,6 +64,7 @@ import time
 from bench_models import VARIANTS, resolve
 from bench_precision import PRECISION_SYSTEMS, precision_lines, run_precision
 from bench_scaling import SCALING_SYSTEMS, run_scaling, scaling_lines
+from bench_small import CASES as SMALL_CASES, report_lines as small_lines, run_small, small_header
 
 from paddle_ngraph.quiet import quiet_env, quiet_this_process
 
@@ -635,6 +637,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "(the engine's precision: bf16; torch's autocast) in interleaved rounds of one run "
                              "(see tools/bench_precision.py)")
     # worker mode (started by this tool)
+    parser.add_argument("--small", action="store_true",
+                        help="the small-programs suite: fixed per-step costs of tiny dygraph Layers and small static "
+                             "programs (also with one op left to Paddle) against Paddle in one process, interleaved "
+                             "--rounds, and transpile's time under mpirun and paddle.distributed.launch "
+                             "(see tools/bench_small.py)")
+    parser.add_argument("--cases", default=None, help="with --small, comma-separated, from: " + ", ".join(SMALL_CASES) +
+                        " (default: all)")
+    parser.add_argument("--small-steps", type=int, default=200, help="with --small: timed steps per system and round")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -654,6 +664,8 @@ def main(argv=None) -> int:
 
     if args.replot:
         return replot(args.out)
+    if args.small:
+        return small_mode(parser, args)
     models, systems, ranks, accumulate, precision_mode = resolve_selection(parser, args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.scaling or precision_mode:
@@ -689,6 +701,8 @@ def replot(out: str) -> int:
         return write_scaling(report, out)
     if "precision" in report:
         return write_precision(report, out)
+    if "small" in report:
+        return write_small(report, out)
     write_markdown(report, stem + ".md")
     print_table(report)
     print(f"\nwritten: {', '.join([stem + '.md'] + plot(report, stem))}")
@@ -777,6 +791,26 @@ def run_throughput(models, systems, ranks, accumulate, args) -> int:
     return 0
 
 
+
+
+def small_mode(parser, args) -> int:
+    cases = [c for c in (args.cases or ",".join(SMALL_CASES)).split(",") if c]
+    for case in cases:
+        if case not in SMALL_CASES:
+            parser.error(f"unknown case '{case}'; valid: {', '.join(SMALL_CASES)}")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
+    if args.smoke:
+        args.rounds, args.small_steps = 1, 5
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    report = {"small": run_small(cases, args), "machine": machine()}
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    return write_small(report, args.out)
+
+
+def write_small(report: dict, out: str) -> int:
+    return write_mode_table(small_header(report["small"], report["machine"]), small_lines(report["small"]), out)
 
 
 def write_scaling(report: dict, out: str) -> int:

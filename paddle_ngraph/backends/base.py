@@ -61,8 +61,11 @@ def write_back(outputs, inputs, positions):
     import numpy as np
 
     for result_pos, input_pos in positions:
-        if outputs[result_pos].ctypes.data != inputs[input_pos].ctypes.data:
-            np.copyto(inputs[input_pos], outputs[result_pos], casting="no")
+        result, target = outputs[result_pos], inputs[input_pos]
+        # ``is``: the CPU backend returns an input it wrote in place as that very array (cheaper
+        # than comparing addresses, which makes a ctypes object per array).
+        if result is not target and result.ctypes.data != target.ctypes.data:
+            np.copyto(target, result, casting="no")
 
 
 def backend_for(config) -> "Backend":
@@ -87,6 +90,11 @@ class Executable:
     #: Peak bytes of a step's intermediate values in the last call (CPU: the planned arena;
     #: INTERPRETER: the most bytes alive at once); None when unknown or before the first call.
     peak_bytes = None
+
+    def results_in_inputs(self) -> frozenset | None:
+        """Positions of the last call's results that may share memory with one of its inputs;
+        None when the backend cannot tell (the caller then compares addresses)."""
+        return None
 
     tracing = False
 

@@ -87,8 +87,60 @@ def open_side_channel(transport, timeout_s: float) -> SideChannel:
                              "transport has no store and the job was not started by mpirun")
     comm = import_mpi().COMM_WORLD
     single_node = os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == os.environ.get("OMPI_COMM_WORLD_SIZE")
-    address = (_store_host(single_node), _free_port()) if transport.rank == 0 else None
-    host, port = comm.bcast(address, root=0)
-    # The server's constructor waits until every client has connected (clients retry until it listens).
-    store = core.TCPStore(host, port, transport.rank == 0, transport.size, int(max(10, timeout_s)))
-    return SideChannel(store, transport.rank, transport.size)
+    timeout = int(max(10, timeout_s))
+    if transport.rank != 0:
+        address = comm.bcast(None, root=0)
+        if isinstance(address, str):
+            raise TransportError(f"rank {transport.rank}: no side channel for the stall watchdog: rank 0 {address}")
+        host, port = address
+        store = core.TCPStore(host, port, False, transport.size, timeout)
+        return SideChannel(store, transport.rank, transport.size)
+    host, port = _store_host(single_node), _free_port()
+    try:
+        server = _start_server(core, host, port, transport.size, timeout)
+    except TransportError as e:
+        comm.bcast(f"could not open it: {e}", root=0)
+        raise
+    comm.bcast((host, port), root=0)
+    return SideChannel(server(), transport.rank, transport.size)
+
+
+def _start_server(core, host: str, port: int, size: int, timeout: int):
+    """Starts rank 0's TCPStore on a thread and returns once it accepts connections; the returned
+    function waits for its constructor, which returns when every rank has connected. The others
+    connect only after this: a client that finds no server yet retries after about 3 s (Paddle's
+    retry delay), which was most of transpile's time under mpirun."""
+    import threading
+    import time
+
+    made: dict = {}
+
+    def serve():
+        try:
+            made["store"] = core.TCPStore(host, port, True, size, timeout)
+        except Exception as e:  # noqa: BLE001 - reported on the calling thread
+            made["error"] = e
+
+    thread = threading.Thread(target=serve, name="pdng-side-channel", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while "error" not in made:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TransportError(f"rank 0: the side channel's TCPStore did not listen on {host}:{port} "
+                                     f"within {timeout} s") from None
+            time.sleep(0.002)
+    if "error" in made:
+        raise TransportError(f"rank 0: the side channel's TCPStore on {host}:{port} failed: "
+                             f"{str(made['error']).splitlines()[0]}")
+
+    def wait():
+        thread.join()
+        if "error" in made:
+            raise TransportError(f"rank 0: the side channel's TCPStore on {host}:{port} failed: "
+                                 f"{str(made['error']).splitlines()[0]}")
+        return made["store"]
+    return wait

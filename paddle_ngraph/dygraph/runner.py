@@ -45,16 +45,31 @@ _NUMPY = {"paddle.float32": np.float32, "paddle.float64": np.float64, "paddle.fl
           "paddle.bool": np.bool_, "paddle.int16": np.int16}
 
 
+# id(Paddle dtype) -> (that dtype, NumPy dtype), filled from _NUMPY on first sight. Views are made
+# several times per step: str() of a Paddle dtype costs about 2 us and hashing one 0.5 (Python-level
+# __hash__), its id 0.2. The entry holds the dtype, so its id cannot be reused.
+_NUMPY_OF_DTYPE: dict = {}
+
+
+def _numpy_dtype(dtype):
+    entry = _NUMPY_OF_DTYPE.get(id(dtype))
+    if entry is None or entry[0] is not dtype:
+        found = _NUMPY.get(str(dtype))
+        entry = (dtype, np.dtype(found) if found is not None else None)
+        _NUMPY_OF_DTYPE[id(dtype)] = entry
+    return entry[1]
+
+
 def _view(tensor) -> np.ndarray:
     """A NumPy array over the memory of a dense CPU Paddle tensor, without a copy. The caller keeps
     the tensor alive as long as the array is used (DLPack would, but refuses tensors that require
     gradients, and detach() costs more than the whole view)."""
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    dtype = _NUMPY.get(str(tensor.dtype))
+    dtype = _numpy_dtype(tensor.dtype)
     if _array_at is None or dtype is None:
         return np.from_dlpack(tensor.detach())
-    return _array_at(tensor.data_ptr(), dtype, tuple(tensor.shape))
+    return _array_at(tensor.data_ptr(), dtype, tensor.shape)
 
 
 try:
@@ -68,6 +83,30 @@ def _to_paddle(array: np.ndarray):
     import paddle
 
     return paddle.utils.dlpack.from_dlpack(array)
+
+
+_ALLOCATION = None  # (NumPy dtype -> Paddle dtype, paddle._C_ops.empty, the CPU place), made on first use
+
+
+def _paddle_copy(array: np.ndarray):
+    """A new Paddle tensor holding a copy of ``array``: allocated by Paddle and filled through a
+    view, 3-4 us where a NumPy copy handed over by DLPack costs about 20 (paddle's from_dlpack
+    wraps its result in Python); DLPack for dtypes without a view and for empty arrays."""
+    global _ALLOCATION
+    if _ALLOCATION is None:
+        import paddle
+        from paddle import _C_ops
+        from paddle.base import core
+
+        dtypes = {np.dtype(n): getattr(paddle, p[len("paddle."):]) for p, n in _NUMPY.items()}
+        _ALLOCATION = (dtypes, _C_ops.empty, core.CPUPlace())
+    dtypes, empty, place = _ALLOCATION
+    dtype = dtypes.get(array.dtype)
+    if dtype is None or _array_at is None or array.size == 0:
+        return _to_paddle(np.array(array, copy=True))
+    tensor = empty(list(array.shape), dtype, place)
+    np.copyto(_array_at(tensor.data_ptr(), array.dtype, array.shape), array, casting="no")
+    return tensor
 
 
 class Compiled:
@@ -113,6 +152,7 @@ class Compiled:
             self.xgrad_positions = {i: results.index(f"{XGRAD_PREFIX}{i}") for i in cap.input_grads}
             self.backward_inputs = self._binding(backward.parameters)
         self.checked = False
+        self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
 
     def _binding(self, parameters) -> list[tuple[str, object]]:
         """Where each function parameter comes from: ('arg', i), ('param', name), ('seed', i), ('saved', k)."""
@@ -207,6 +247,7 @@ class LayerEngine:
         self.unsynced = False       # gradients accumulated under no_sync, not yet averaged
         self._params = None
         self._views: dict[str, tuple[int, np.ndarray]] = {}
+        self._grad_views: dict[str, tuple[int, np.ndarray]] = {}
         self.function = None
         self._executor = None
         register_engine(self)
@@ -235,6 +276,16 @@ class LayerEngine:
             views[name] = cached[1]
         return views
 
+    def grad_view(self, name: str, grad) -> np.ndarray:
+        """A view of ``grad`` (the gradient of parameter ``name``), kept while its memory stays
+        where it is: clear_grad() zeroes gradients in place, so one view serves every step."""
+        pointer = grad.data_ptr()
+        cached = self._grad_views.get(name)
+        if cached is None or cached[0] != pointer or cached[1].shape != tuple(grad.shape):
+            cached = (pointer, _view(grad))
+            self._grad_views[name] = cached
+        return cached[1]
+
     def grad_param_names(self, compiled: Compiled) -> list[str]:
         return compiled.capture.grads
 
@@ -258,7 +309,7 @@ class LayerEngine:
         params = self.named_tensors()
         wants_grad = paddle.is_grad_enabled() and (
             any(not params[n].stop_gradient for n in params) or any(not t.stop_gradient for t in tensors))
-        key = (training, wants_grad, tuple((tuple(t.shape), str(t.dtype), t.stop_gradient) for t in tensors))
+        key = (training, wants_grad, tuple([(tuple(t.shape), t.dtype, t.stop_gradient) for t in tensors]))
         if key in self.refused:
             return self.eager(args, None)
         compiled = self.compiled.get(key)
@@ -278,6 +329,17 @@ class LayerEngine:
 
     def _pack(self, compiled, outputs):
         """The Layer's output structure, as Paddle's to_static restores it (a lone value unwrapped)."""
+        if compiled.lone_output is None:
+            # Whether the structure is one tensor, asked once: restoring it costs 20-40 us a step.
+            marker = object()
+            try:
+                restored = compiled.capture.outputs.restore([marker] * compiled.capture.num_outputs)
+            except AssertionError:  # outputs listed more than once: the general path below
+                restored = None
+            compiled.lone_output = (isinstance(restored, (list, tuple)) and len(restored) == 1
+                                    and restored[0] is marker)
+        if compiled.lone_output:
+            return outputs[0]
         packed = compiled.capture.outputs.restore(list(outputs))
         if packed is not None and len(packed) == 1:
             packed = packed[0]
@@ -386,7 +448,7 @@ class LayerEngine:
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, None)
         write_back(outputs, inputs, compiled.state_writeback)
-        values = [_to_paddle(np.array(outputs[k], copy=True)) for k in compiled.out_positions]
+        values = [_paddle_copy(outputs[k]) for k in compiled.out_positions]
         record = None
         if train:
             record = _Saved(compiled, list(tensors), args, [outputs[k] for k in compiled.saved_positions],
@@ -461,11 +523,11 @@ class LayerEngine:
             existing = param.grad
             if existing is not None and existing._is_initialized():
                 # Paddle's accumulation, param.grad + new, in place.
-                view = _view(existing)
+                view = self.grad_view(name, existing)
                 np.add(view, value, out=view)
                 grads.append(None)
             else:
-                grads.append(_to_paddle(np.array(value, copy=True)))
+                grads.append(_paddle_copy(value))
         if pending_local:
             # The first synchronized backward after no_sync: average the accumulated gradients, as
             # paddle.DataParallel does (their sum over micro-batches, then the mean over ranks).
@@ -486,7 +548,7 @@ class LayerEngine:
             self.updates += 1
         arg_grads = [None] * num_args
         for i, value in xgrad_values.items():
-            arg_grads[i] = _to_paddle(np.array(value, copy=True))
+            arg_grads[i] = _paddle_copy(value)
         return arg_grads + grads
 
 

@@ -180,3 +180,41 @@ def test_bench_dygraph_fallback_tool_reports_every_layer_and_what_runs_where():
     assert "# engine: the whole program on the engine" in out
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[1:] == ["engine", "engine-as-segments", "custom-segments", "custom-eager", "paddle-eager"]
+
+
+@pytest.mark.slow
+def test_bench_small_times_each_system_every_round_and_the_border_of_two_segments(tmp_path):
+    out = tmp_path / "small.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench.py"), "--small", "--cases",
+                           "dygraph_mlp,static_mlp_2seg", "--rounds", "2", "--small-steps", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=quiet_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cases = json.loads(out.read_text())["small"]["cases"]
+    assert sorted(cases["dygraph_mlp"]["ms"]) == ["engine", "paddle"]
+    assert sorted(cases["static_mlp_2seg"]["ms"]) == ["engine", "engine_2seg", "paddle"]
+    for case in cases.values():
+        assert all(len(times) == 2 and min(times) > 0 for times in case["ms"].values())
+        assert all(len(ratios) == 2 for ratios in case["ratios"].values())
+    table = (tmp_path / "small.md").read_text()
+    assert "| `static_mlp_2seg` | 4 |" in table and "load average" in table
+
+
+def test_bench_small_two_segments_are_two_engines_around_the_op_left_to_paddle():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import bench_small
+    import paddle
+
+    import paddle_ngraph
+
+    before = len(paddle_ngraph.engines())
+    try:
+        systems = bench_small.static_systems("mlp", True)
+        for step in systems.values():
+            step()
+    finally:
+        paddle.disable_static()
+    # One engine for the whole program, two for the one with abs left to Paddle.
+    assert len(paddle_ngraph.engines()) - before == 3
+    from paddle_ngraph.frontend import OP_TABLE
+
+    assert bench_small.PADDLE_OP in OP_TABLE  # put back after transpiling

@@ -35,6 +35,7 @@ from . import precision
 from .passes.fuse_matmul_bias import FuseMatMulBias
 from .passes.liveness import IN_PLACE_COLLECTIVES, Liveness
 from .passes.memory_plan import MemoryPlan
+from .work import threads_for
 
 _MAX_SPECIALIZATIONS = 8
 
@@ -81,6 +82,7 @@ class Specialization:
         PassManager([self.deduplicated, self.fused, self.liveness, self.memory]).run(function)
         self.transport = transport
         self.collectives = []
+        self.threads = threads  # compute threads of its steps (work.py: one for a small step)
         self.native = self._build(threads)
         self.labels = collective_labels(function, self.collectives)
         self._trace_descriptions = None
@@ -137,6 +139,10 @@ class Specialization:
         # keeps the memory alive as long as the result is (a view would not).
         self.result_is_input = {k: index[live.inplace[(o.node.id, o.index)]] for k, o in enumerate(results)
                                 if (o.node.id, o.index) in live.inplace}
+        # Results whose memory is an input's (in place, or a view such as a Reshape of a feed): the
+        # only ones that may not outlive the caller's buffers.
+        self.results_in_inputs = frozenset(k for k, o in enumerate(results)
+                                           if live.roots[live.value_root[(o.node.id, o.index)]].kind == "input")
         native.set_results([buffer_of(o) for o in results], [(o.type.dtype.numpy, o.type.shape) for o in results])
         if self.collectives:
             native.use_fallback(self._run_collective)
@@ -210,13 +216,16 @@ class CPUExecutable(Executable):
         self.function = function
         self.check_finite = check_finite
         self.threads = threads or default_threads()
+        # Unless told how many, a step too small to share runs on one thread (work.py).
+        self.auto_threads = not threads
         self.inplace_results = dict(inplace_results or {})
         self._specializations: OrderedDict[tuple, Specialization] = OrderedDict()
         self._transport = None
         self.last = None  # the specialization of the last call, for reports
         # What call() checks each input against, looked up once: a step's Python cost is part of
-        # every AllReduce's fixed cost (tools/bench_allreduce.py).
-        self._expected = [(p.name, p.output_types[0].dtype.numpy, p.output_types[0]) for p in function.parameters]
+        # every AllReduce's fixed cost (tools/bench_allreduce.py) and of every small step.
+        self._expected = [(p.name, np.dtype(p.output_types[0].dtype.numpy), p.output_types[0])
+                          for p in function.parameters]
         kernels = set(_native().registered_op_types())
         missing = sorted({n.op_type for n in function.ordered_nodes()
                           if n.op_type not in kernels and n.op_type not in COLLECTIVE_OPS
@@ -252,16 +261,23 @@ class CPUExecutable(Executable):
             raise ExecutionError(f"function '{self.function.name}' takes {len(self._expected)} inputs, got {len(inputs)}")
         arrays = []
         for (name, dtype, expected), value in zip(self._expected, inputs):
-            array = np.asarray(value)
-            check_input(name, array.dtype == dtype, str(array.dtype), array.shape, expected, "the function")
+            array = value if type(value) is np.ndarray else np.asarray(value)
+            if array.dtype is not dtype and array.dtype != dtype:
+                check_input(name, False, str(array.dtype), array.shape, expected, "the function")
             arrays.append(array if array.flags.c_contiguous else np.require(array, requirements="C"))
+        # Shapes are checked when a specialization is made for them: the same shapes pass again.
         specialization = self._specialization(arrays, transport)
-        specialization.progress_base = specialization.native.collective_progress()
+        if specialization.collectives:
+            specialization.progress_base = specialization.native.collective_progress()
         self.last = specialization
         outputs = specialization.native.run(arrays)
         for position, index in specialization.result_is_input.items():
             outputs[position] = arrays[index]
         return outputs
+
+    def results_in_inputs(self) -> frozenset:
+        """Positions of the last call's results that share memory with one of its inputs."""
+        return self.last.results_in_inputs
 
     def collective_progress(self):
         specialization = self.last
@@ -288,7 +304,7 @@ class CPUExecutable(Executable):
         return self.last.last_spans()
 
     def _specialization(self, arrays, transport) -> Specialization:
-        signature = tuple(a.shape for a in arrays)
+        signature = tuple([a.shape for a in arrays])
         if transport is not self._transport:
             self._specializations.clear()  # communicators are bound at build time
             self._transport = transport
@@ -296,11 +312,14 @@ class CPUExecutable(Executable):
         if found is not None:
             self._specializations.move_to_end(signature)
             return found
+        for (name, _, expected), array in zip(self._expected, arrays):
+            check_input(name, True, "", array.shape, expected, "the function")
         shapes = {p.name: a.shape for p, a in zip(self.function.parameters, arrays)}
         specialized = clone_function(self.function, shapes)
         if self.float32_instead is not None:
             clear_bf16(specialized)
-        found = Specialization(specialized, self.threads, transport, self.inplace_results, self.check_finite)
+        threads = threads_for(specialized, self.threads) if self.auto_threads else self.threads
+        found = Specialization(specialized, threads, transport, self.inplace_results, self.check_finite)
         found.native.set_tracing(self.tracing)
         self._specializations[signature] = found
         if len(self._specializations) > _MAX_SPECIALIZATIONS:

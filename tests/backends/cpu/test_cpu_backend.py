@@ -129,3 +129,51 @@ def test_a_kernel_reads_every_attribute_as_required():
     native = _cpu.NativeExecutable()
     with pytest.raises(ExecutionError, match=r"node 'probabilities' \(Softmax\): missing integer attribute 'axis'"):
         native.add_compute(softmax, [0], [1])
+
+
+def test_a_small_step_runs_on_one_thread_unless_threads_are_set(monkeypatch):
+    from paddle_ngraph.backends.cpu import work
+
+    monkeypatch.setattr("paddle_ngraph.backends.cpu.executable.default_threads", lambda: 2)
+    inputs = [np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), np.zeros((2, 1), "int64")]
+    auto, explicit = get_backend("CPU").compile(linear_softmax()), get_backend("CPU", threads=2).compile(linear_softmax())
+    np.testing.assert_array_equal(auto.call(inputs)[0], explicit.call(inputs)[0])
+    assert work.step_flops(auto.last.function) < work.SMALL_STEP_FLOPS
+    assert (auto.last.threads, explicit.last.threads) == (1, 2)
+    # A product big enough to share: the cores again.
+    a = ops.Parameter(dtype="float32", shape=(-1, 512), name="a")
+    b = ops.Parameter(dtype="float32", shape=(512, 512), name="b")
+    product = get_backend("CPU").compile(Function([a, b], {"ab": ops.MatMul(a.output(), b.output()).output()}))
+    product.call([np.ones((512, 512), "float32"), np.ones((512, 512), "float32")])
+    assert work.step_flops(product.last.function) >= work.SMALL_STEP_FLOPS and product.last.threads == 2
+
+
+def test_step_flops_count_multiply_adds_of_products_and_convolutions():
+    from paddle_ngraph.backends.cpu.work import node_flops
+
+    a = ops.Parameter(dtype="float32", shape=(5, 3), name="a")
+    b = ops.Parameter(dtype="float32", shape=(5, 4), name="b")
+    assert node_flops(ops.MatMul(a.output(), b.output(), transpose_a=True)) == 2 * 3 * 4 * 5
+    data = ops.Parameter(dtype="float32", shape=(2, 3, 8, 8), name="data")
+    filters = ops.Parameter(dtype="float32", shape=(6, 3, 3, 3), name="filters")
+    conv = ops.Convolution(data.output(), filters.output(), pads_begin=(1, 1), pads_end=(1, 1))
+    assert node_flops(conv) == 2 * (2 * 6 * 8 * 8) * (3 * 3 * 3)
+    assert node_flops(ops.Relu(data.output())) == 2 * 3 * 8 * 8
+
+
+def test_a_new_shape_is_checked_against_the_function_after_an_accepted_one():
+    cpu = get_backend("CPU").compile(linear_softmax())
+    cpu.call([np.ones((2, 3), "float32"), np.ones((3, 4), "float32"), np.zeros((2, 1), "int64")])
+    with pytest.raises(ExecutionError, match=r"input 'w': shape \[3, 5\]"):
+        cpu.call([np.ones((2, 3), "float32"), np.ones((3, 5), "float32"), np.zeros((2, 1), "int64")])
+
+
+def test_results_in_inputs_are_the_results_sharing_an_input_buffer():
+    x = ops.Parameter(dtype="float32", shape=(2, 6), name="x")
+    viewed = ops.Reshape(x.output(), shape=[3, 4])
+    computed = ops.Relu(x.output())
+    cpu = get_backend("CPU").compile(Function([x], {"view": viewed.output(), "relu": computed.output()}))
+    array = np.arange(12, dtype="float32").reshape(2, 6)
+    view, relu = cpu.call([array])
+    assert cpu.results_in_inputs() == {0} and np.shares_memory(view, array)
+    assert not np.shares_memory(relu, array)
