@@ -193,6 +193,7 @@ class SegmentedCompiled:
         self.saved = sorted((forward_made - unmade) & backward_reads)
         self.trains = bool(traced.seeds)
         self.pending = None  # the runner's record of the last training forward, until its backward
+        self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
         self.seed_types = [np.zeros(tuple(view.vars[n].shape), np.dtype(view.vars[n].dtype.value))
                            for n in traced.outputs]
