@@ -54,6 +54,10 @@ def __getattr__(name):
         from .dygraph import DataParallel
 
         return DataParallel
+    if name == "elastic":  # imports Paddle too
+        import importlib
+
+        return importlib.import_module(".elastic", __name__)
     raise AttributeError(f"module 'paddle_ngraph' has no attribute '{name}'")
 
 

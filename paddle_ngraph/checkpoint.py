@@ -95,6 +95,14 @@ def _sharded_engines():
 def _write(program, root: str, step: int) -> str:
     import paddle
 
+    return write_atomically(root, step, lambda tmp: paddle.static.save(program, os.path.join(tmp, MODEL)))
+
+
+def write_atomically(root: str, step: int, write_files) -> str:
+    """Checkpoint ``step`` under ``root``: ``write_files(directory)`` fills a temporary directory,
+    which is fsynced, renamed into place, and only then named by ``latest``. Returns its path.
+    (``save_checkpoint`` writes a static program's files through it; ``paddle_ngraph.elastic``
+    a dygraph Layer's and optimizer's.)"""
     os.makedirs(root, exist_ok=True)
     name = f"step-{int(step):06d}"
     final = os.path.join(root, name)
@@ -104,7 +112,7 @@ def _write(program, root: str, step: int) -> str:
     tmp = os.path.join(root, f"{name}.tmp-{os.getpid()}")
     try:
         os.makedirs(tmp)
-        paddle.static.save(program, os.path.join(tmp, MODEL))
+        write_files(tmp)
         for file in os.listdir(tmp):
             with open(os.path.join(tmp, file), "rb") as f:
                 os.fsync(f.fileno())
@@ -159,4 +167,12 @@ def load_checkpoint(program, root: str) -> int | None:
             engine.sharded.stale = True  # ZeRO-1: re-cut the slices from the loaded state
         if hasattr(engine, "reset_snapshots"):  # local SGD: the loaded parameters are the new snapshots
             engine.reset_snapshots()
-    return int(_NAME.match(os.path.basename(path)).group(1))
+    return checkpoint_step(path)
+
+
+def checkpoint_step(path: str) -> int:
+    """The step of a checkpoint directory (``.../step-000120`` -> 120)."""
+    match = _NAME.match(os.path.basename(os.path.normpath(path)))
+    if match is None:
+        raise CheckpointError(f"{path}: not a checkpoint directory (step-NNNNNN)")
+    return int(match.group(1))

@@ -74,3 +74,14 @@ class PaddleVersionError(NgraphError, ImportError):
 class UnknownConfigKeyError(ConfigError, TypeError):
     """A configuration key (or ``transpile`` keyword) that does not exist; lists the valid keys.
     A TypeError too, as Python's own error for an unexpected keyword argument is."""
+
+
+class RankLostError(TransportError):
+    """A collective that failed because a rank of the group died (MPI's ULFM reported the process
+    failure, or another survivor revoked the communicator); names the lost ranks where known.
+    ``paddle_ngraph.elastic.run`` recovers from it; without elastic it ends the job as any failure."""
+
+
+class TooFewRanksError(NgraphError):
+    """An elastic job whose survivors are fewer than its minimum: raised on every survivor, after
+    the last commit was written to disk (names the ranks left, the minimum and the checkpoint)."""

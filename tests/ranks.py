@@ -92,10 +92,11 @@ def _target_spec(target) -> str:
     return os.path.abspath(str(target))
 
 
-def _command(launcher: str, nranks: int, argv: list[str], env: dict, log_dir: str) -> list[str]:
+def _command(launcher: str, nranks: int, argv: list[str], env: dict, log_dir: str,
+             launcher_args: tuple = ()) -> list[str]:
     if launcher == "mpirun":
         exported = [arg for name in env for arg in ("-x", name)]
-        return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(nranks), *exported,
+        return [MPIRUN, "--allow-run-as-root", "--oversubscribe", *launcher_args, "-np", str(nranks), *exported,
                 sys.executable, *argv]
     if launcher == "launch":
         return [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nranks),
@@ -129,12 +130,13 @@ def _collect(launcher, returncode, nranks, run_dir, launcher_output) -> RankRun:
 
 
 def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | None = None,
-              timeout: float = 240, check: bool = True) -> RankRun:
+              timeout: float = 240, check: bool = True, launcher_args: tuple = ()) -> RankRun:
     """Runs ``target`` on ``nranks`` ranks and waits for the job.
 
     ``check=True``: asserts that the job and every rank exited with 0 (the message names the ranks
     that did not and shows every rank's output). ``check=False`` for the tests of failures, which
-    assert on the codes and the output themselves. On ``timeout`` the whole job is killed and the
+    assert on the codes and the output themselves. ``launcher_args``: more options of mpirun
+    (``("--with-ft", "ulfm")`` for elastic jobs). On ``timeout`` the whole job is killed and the
     test fails with every rank's output so far.
     """
     if ALLOWED_BY is None:
@@ -147,7 +149,9 @@ def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | 
         argv = [RANK_MAIN, run_dir, _target_spec(target)]
     else:
         argv = [RANK_MAIN, run_dir, _target_spec(target), *map(str, args)]
-    cmd = _command(launcher, nranks, argv, env, run_dir)
+    if launcher_args and launcher != "mpirun":
+        raise ValueError("launcher_args are options of mpirun")
+    cmd = _command(launcher, nranks, argv, env, run_dir, tuple(launcher_args))
     full_env = quiet_env(OMPI_MCA_rmaps_base_oversubscribe="1", **env)
     # A session of its own: on a timeout the launcher and every rank are killed together.
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,

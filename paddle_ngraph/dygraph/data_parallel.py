@@ -30,7 +30,10 @@ _TRANSPORTS: dict = {}
 def shared_transport(config: Config):
     """One transport per process and kind: every wrapped Layer's collectives go over the same one."""
     from ..distributed import detect_launcher, make_transport
+    from ..distributed.bootstrap import pinned_transport
 
+    if pinned_transport() is not None and config.transport in ("auto", "mpi"):
+        return pinned_transport()  # an elastic job's current group
     info = detect_launcher()
     key = (config.transport, info.size)
     if key not in _TRANSPORTS:

@@ -485,11 +485,15 @@ void Executor::comm_loop() {
 }
 
 void Executor::run_collective(Collective& c) {
-  const bool one_process = !comm_ || comm_->size() == 1;
+  // Without a native communicator the fallback (the transport, in Python) reduces: only it knows how
+  // many ranks there are. Taking "no communicator" for one process would skip every packed
+  // AllReduce of a transport without a native link, silently.
+  const bool native = comm_ != nullptr;
+  const bool one_process = native && comm_->size() == 1;
   if (c.node.op_type == "AllReduce" && c.region >= 0) {
     const TensorDesc& first = c.node.inputs.at(0);
     if (c.unpacked != nullptr) {
-      if (!one_process && comm_->supports_allreduce(first.dtype, c.reduction)) {
+      if (native && !one_process && comm_->supports_allreduce(first.dtype, c.reduction)) {
         comm_->allreduce(c.unpacked, resolved_[c.region], c.count, first.dtype, c.reduction);
         return;
       }
@@ -497,7 +501,9 @@ void Executor::run_collective(Collective& c) {
       std::memcpy(resolved_[c.region], c.unpacked, static_cast<size_t>(c.count) * dtype_size(first.dtype));
     }
     if (one_process) return;  // every reduction over one rank is the identity (avg: sum / 1)
-    if (c.compress != "none") {
+    if (!native) {
+      // the fallback below
+    } else if (c.compress != "none") {
       if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(c.reduction, c.compress)) {
         comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
         return;
@@ -508,7 +514,7 @@ void Executor::run_collective(Collective& c) {
     }
   }
   const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
-  if (sharded && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
+  if (sharded && native && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
     const TensorDesc& in = c.node.inputs.at(0);
     const std::string& reduction = c.reduction;  // "sum" for AllGather, which has none
     if (comm_->supports_sharded(in.dtype, reduction)) {

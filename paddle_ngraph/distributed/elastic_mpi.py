@@ -1,0 +1,150 @@
+"""The MPI transport of elastic jobs: collectives that report a dead rank, and a group that shrinks.
+
+Under ``mpirun --with-ft ulfm`` (Open MPI's User-Level Failure Mitigation), a collective with a
+dead participant returns MPI_ERR_PROC_FAILED instead of hanging or ending the job. Not every
+survivor sees that error (one may have finished the collective before the death, another be
+computing): the rank that sees it revokes the communicator, so that every survivor's next (or
+current) operation on it fails with MPI_ERR_REVOKED. Each then raises ``RankLostError`` and
+remembers it in ``lost``: the CPU backend's communication thread turns exceptions into messages,
+so the elastic loop asks the transport, not the exception, whether a rank was lost.
+
+``shrink()`` is MPI_Comm_shrink: the survivors agree on who is left and get a new communicator,
+numbered in the order of their old ranks. The transport works over its own duplicate of
+MPI_COMM_WORLD, so revoking it touches nothing else.
+
+The CPU backend reaches this transport through Python (``native_link`` is None): its native MPI
+communicator works on MPI_COMM_WORLD, which a shrink cannot replace. Flat allreduce only.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+from ..errors import ConfigError, RankLostError
+from .mpi import MpiTransport, import_mpi
+
+log = logging.getLogger("paddle_ngraph.distributed")
+FT_ENV = "OMPI_MCA_mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank
+
+
+def fault_tolerance_enabled(env=None) -> bool:
+    env = os.environ if env is None else env
+    return env.get(FT_ENV, "").lower() in ("1", "true", "yes", "on")
+
+
+def _guarded(method):
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if self.lost is not None:
+            raise RankLostError(self.lost)
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            if self._is_process_failure(error):
+                self._mark_lost(method.__name__)
+                raise RankLostError(self.lost) from None
+            raise
+    return run
+
+
+class ElasticMpiTransport(MpiTransport):
+    name = "MPI (elastic)"
+
+    def __init__(self, comm=None, world_ranks: list[int] | None = None):
+        MPI = import_mpi()
+        if comm is None:
+            if not fault_tolerance_enabled():
+                raise ConfigError("elastic training needs Open MPI's fault tolerance: start the job with "
+                                  "`mpirun --with-ft ulfm ...` (without it mpirun ends every rank when one dies)")
+            comm = MPI.COMM_WORLD.Dup()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        super().__init__(comm)
+        self.shared_memory = False
+        self.lost: str | None = None  # why this group is broken, once a rank of it was lost
+        # The rank each member had in MPI_COMM_WORLD: names survive renumbering in messages.
+        self.world_ranks = list(world_ranks) if world_ranks is not None else comm.allgather(MPI.COMM_WORLD.Get_rank())
+
+    # --- failures ------------------------------------------------------------------------------
+    def _is_process_failure(self, error: BaseException) -> bool:
+        MPI = self.MPI
+        failure_classes = {MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
+        seen = error
+        while seen is not None:  # MpiTransport re-raises MPI errors as TransportError (from None)
+            if isinstance(seen, MPI.Exception) and seen.Get_error_class() in failure_classes:
+                return True
+            seen = seen.__context__
+        try:
+            return bool(self.comm.Is_revoked())
+        except MPI.Exception:
+            return True
+
+    def _mark_lost(self, where: str):
+        lost = self.failed_world_ranks()
+        who = f"world rank(s) {lost}" if lost else "a rank (named by the survivor that saw it first)"
+        self.lost = (f"rank {self.rank} (world rank {self.world_ranks[self.rank]}): {where} failed: lost {who} "
+                     f"of the group of {self.size} (world ranks {self.world_ranks})")
+        try:
+            self.comm.Revoke()  # wakes the survivors still waiting in, or yet to enter, a collective
+        except self.MPI.Exception:
+            pass  # already revoked by another survivor
+
+    def failed_world_ranks(self) -> list[int]:
+        """The world ranks of the members this rank knows to have failed."""
+        MPI = self.MPI
+        try:
+            failed = self.comm.Get_failed()
+            ranks = MPI.Group.Translate_ranks(failed, list(range(failed.Get_size())), self.comm.Get_group())
+            failed.Free()
+        except MPI.Exception:
+            return []
+        return sorted(self.world_ranks[r] for r in ranks if r != MPI.UNDEFINED)
+
+    def check_alive(self):
+        """A fault-tolerant agreement over the group (MPI_Comm_agree): returns if every member is
+        alive, else raises RankLostError on every survivor alike. Ends a run: a rank that finished
+        while another died would otherwise leave the survivors' recovery one member short."""
+        if self.lost is not None:
+            raise RankLostError(self.lost)
+        try:
+            self.comm.Agree(1)
+        except self.MPI.Exception as error:
+            if not self._is_process_failure(error):
+                raise
+            self._mark_lost("the final agreement")
+            raise RankLostError(self.lost) from None
+
+    def shrink(self) -> "ElasticMpiTransport":
+        """The group of the survivors (MPI_Comm_shrink, fault tolerant and agreed by all of them),
+        numbered in the order of their ranks here. Collective over the survivors."""
+        if self.lost is None:
+            self._mark_lost("shrink")
+        survivors = self.comm.Shrink()
+        survivors.Set_errhandler(self.MPI.ERRORS_RETURN)
+        world = survivors.allgather(self.world_ranks[self.rank])
+        self.close()
+        return ElasticMpiTransport(survivors, world)
+
+    # --- the collectives, each reporting a lost rank as RankLostError ------------------------------
+    allreduce = _guarded(MpiTransport.allreduce)
+    broadcast = _guarded(MpiTransport.broadcast)
+    allgather = _guarded(MpiTransport.allgather)
+    reduce_scatter = _guarded(MpiTransport.reduce_scatter)
+    alltoall = _guarded(MpiTransport.alltoall)
+    send = _guarded(MpiTransport.send)
+    recv = _guarded(MpiTransport.recv)
+    barrier = _guarded(MpiTransport.barrier)
+    allgather_object = _guarded(MpiTransport.allgather_object)
+
+    @_guarded
+    def broadcast_object(self, obj, root: int = 0):
+        return self.comm.bcast(obj, root=root)
+
+    def set_hierarchical(self, mode: str = "auto") -> bool:
+        return False  # the node and leader communicators would need shrinking too
+
+    def native_link(self):
+        return None  # the native communicator is bound to MPI_COMM_WORLD (see the module's docstring)
+
+    def __repr__(self):
+        return f"<{self.name} transport rank {self.rank} of {self.size}, world ranks {self.world_ranks}>"

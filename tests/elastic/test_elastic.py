@@ -1,0 +1,179 @@
+"""Elastic training under the real mpirun with Open MPI's fault tolerance (``--with-ft ulfm``).
+
+A rank kills itself (SIGKILL) at step KILL_STEP: the survivors go back to the commit after
+COMMITTED steps and finish on two ranks. The reference trains three ranks to that commit (saved
+to disk) and two ranks from it (loaded), as separate jobs: the elastic run must end with the same
+bits. Below ``min_ranks`` every survivor stops with one message and the commit is on disk.
+
+The global batch is kept (GLOBAL_BATCH rows per step, split evenly over the ranks there are:
+4 rows on each of 3 ranks, 6 on each of 2), so that a step means the same update on any group.
+"""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from ranks import run_ranks
+
+pytestmark = pytest.mark.distributed
+
+ULFM = ("--with-ft", "ulfm")
+STEPS = 8
+COMMIT_EVERY = 2
+KILL_STEP = 5          # the killed rank dies before its step 5: the last commit is after step 4
+COMMITTED = 4
+KILLED_WORLD_RANK = 1  # not the last: the survivors are renumbered (world rank 2 becomes rank 1)
+GLOBAL_BATCH = 12
+FEATURES = 6
+TIMEOUT = 240
+
+
+def _batch(step: int, rank: int, size: int):
+    """This rank's rows of the global batch of ``step``, for a group of ``size``."""
+    rng = np.random.default_rng(1000 + step)
+    x = rng.standard_normal((GLOBAL_BATCH, FEATURES)).astype(np.float32)
+    y = (x.sum(axis=1, keepdims=True) * 0.5 + 0.1).astype(np.float32)
+    rows = GLOBAL_BATCH // size
+    return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+
+
+def _state(checkpoint_dir, seed):
+    import paddle
+
+    from paddle_ngraph import elastic
+
+    paddle.seed(seed)  # different on every rank: elastic.run starts them all from rank 0's
+    # The optimizer's file is keyed by Paddle's parameter names: the same names as the saved run's.
+    with paddle.utils.unique_name.guard():
+        model = paddle.nn.Sequential(paddle.nn.Linear(FEATURES, 16), paddle.nn.Tanh(), paddle.nn.Linear(16, 1))
+    optimizer = paddle.optimizer.Adam(learning_rate=0.05, parameters=model.parameters())
+    return elastic.State(model, optimizer, checkpoint_dir=checkpoint_dir, step=0)
+
+
+def _params(state):
+    return {k: np.array(v) for k, v in state.model.state_dict().items()}
+
+
+def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None):
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph import elastic
+
+    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    groups = []
+
+    @elastic.run(min_ranks=min_ranks)
+    def train(state):
+        model = paddle_ngraph.DataParallel(state.model)  # bound to the current group
+        rank, size = elastic.rank(), elastic.size()
+        groups.append((size, state.step))
+        print(f"world rank {world}: rank {rank} of {size} from step {state.step}; global batch {GLOBAL_BATCH} "
+              f"kept: {GLOBAL_BATCH // size} rows per rank", flush=True)
+        while state.step < stop_at:
+            if kill_at is not None and world == KILLED_WORLD_RANK and state.step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = _batch(state.step, rank, size)
+            loss = ((model(paddle.to_tensor(x)) - paddle.to_tensor(y)) ** 2).mean()
+            loss.backward()
+            state.optimizer.step()
+            state.optimizer.clear_grad()
+            state.step += 1
+            if state.step % COMMIT_EVERY == 0:
+                state.commit(save=state.step == save_at)
+
+    return train, groups
+
+
+def elastic_job(checkpoint_dir, min_ranks):
+    """Three ranks; world rank 1 dies at step KILL_STEP."""
+    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    state = _state(checkpoint_dir, seed=world)
+    train, groups = _train_function(STEPS, KILL_STEP, min_ranks)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
+def reference_to_commit(checkpoint_dir):
+    """Three ranks to the commit after step COMMITTED, saved to disk."""
+    state = _state(checkpoint_dir, seed=int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    train, _ = _train_function(COMMITTED, None, 1, save_at=COMMITTED)
+    train(state)
+    return {"params": _params(state), "step": state.step}
+
+
+def reference_from_commit(checkpoint_dir):
+    """Two ranks from the commit on disk to the end."""
+    state = _state(checkpoint_dir, seed=100 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    state.load()
+    train, groups = _train_function(STEPS, None, 1)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("reference"))
+    first = run_ranks(reference_to_commit, 3, root, launcher_args=ULFM, timeout=TIMEOUT)
+    second = run_ranks(reference_from_commit, 2, root, launcher_args=ULFM, timeout=TIMEOUT)
+    return first, second, root
+
+
+def _assert_bitwise(got: dict, want: dict, what: str):
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name]), \
+            f"{what}: parameter {name} differs by up to {np.abs(got[name] - want[name]).max()}"
+
+
+def test_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, tmp_path):
+    run = run_ranks(elastic_job, 3, str(tmp_path), 2, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    survivors = [r for r in range(3) if r != KILLED_WORLD_RANK]
+    assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
+    for world in survivors:
+        assert run.ends[world] == {"exit": 0, "error": None} or run.ends[world]["exit"] == 0, \
+            run.report(f"world rank {world} did not finish")
+        result = run.results[world]
+        assert result["step"] == STEPS
+        # Three ranks from the start, then two from the commit after step COMMITTED.
+        assert result["groups"] == [(3, 0), (2, COMMITTED)], run.report("groups")
+        assert "lost world rank(s) [1]" in run.rank_stderr[world], run.report("no recovery message")
+        _assert_bitwise(result["params"], reference[1].results[0]["params"], f"world rank {world}")
+    # The reference's two phases really ran on 3 and 2 ranks, and its ranks agree.
+    assert reference[1].results[0]["groups"] == [(2, COMMITTED)]
+    _assert_bitwise(reference[1].results[1]["params"], reference[1].results[0]["params"], "reference rank 1")
+
+
+@pytest.mark.usefixtures("dynamic_mode")
+def test_below_min_ranks_every_survivor_stops_with_the_commit_on_disk(reference, tmp_path):
+    import paddle
+
+    from paddle_ngraph import elastic
+    from paddle_ngraph.checkpoint import latest_checkpoint
+
+    root = str(tmp_path / "ckpt")
+    run = run_ranks(elastic_job, 3, root, 3, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    assert run.returncode != 0
+    for world in (0, 2):
+        end = run.ends[world]
+        assert end is not None and end["exit"] != 0, run.report(f"world rank {world} did not stop")
+        assert "TooFewRanksError" in end["error"], run.report("not the typed error")
+        message = [line for line in run.rank_stderr[world].splitlines() + end["error"].splitlines()
+                   if "elastic training stopped" in line]
+        assert message, run.report("no stop message")
+        assert "lost world rank(s) [1]; 2 rank(s) left (world ranks [0, 2]), below min_ranks=3" in message[0]
+        assert f"written to {os.path.join(root, 'step-000003')}" in message[0], message[0]
+    # The commit after step COMMITTED (the third commit: the start, steps 2 and 4) loads, bit for bit.
+    assert latest_checkpoint(root) == os.path.join(root, "step-000003")
+    state = _state(root, seed=7)
+    assert state.load() == 3
+    assert state.step == COMMITTED
+    _assert_bitwise(_params(state), reference[0].results[0]["params"], "loaded commit")
+    # The optimizer state too: equal to the one the reference saved at the same commit.
+    want = paddle.load(os.path.join(reference[2], "step-000003", "model.pdopt"))
+    got = state.optimizer.state_dict()
+    moments = [key for key, value in want.items() if isinstance(value, paddle.Tensor)]
+    assert moments
+    for key in moments:
+        assert np.array_equal(np.array(got[key]), np.array(want[key])), key

@@ -1,0 +1,85 @@
+"""elastic.State in one process: a commit restored repeats the steps after it bit for bit, before
+the optimizer's first step too, and the same commit read back from disk does as well."""
+import numpy as np
+import paddle
+import pytest
+
+from paddle_ngraph import elastic
+from paddle_ngraph.checkpoint import latest_checkpoint
+from paddle_ngraph.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("dynamic_mode")
+
+
+def _state(root=None, seed=0):
+    paddle.seed(seed)
+    # The optimizer's file is keyed by Paddle's parameter names: the same names as the saved run's.
+    with paddle.utils.unique_name.guard():
+        model = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.Dropout(0.5), paddle.nn.Linear(8, 1))
+    scheduler = paddle.optimizer.lr.StepDecay(0.1, step_size=2, gamma=0.5)
+    optimizer = paddle.optimizer.Adam(learning_rate=scheduler, parameters=model.parameters())
+    return elastic.State(model, optimizer, checkpoint_dir=root, step=0)
+
+
+def _steps(state, n):
+    """n steps with dropout (Paddle's generator) and data from NumPy's: both must be restored."""
+    state.model.train()
+    with paddle.utils.unique_name.guard():  # accumulators named as in a fresh process, for load()
+        return _run_steps(state, n)
+
+
+def _run_steps(state, n):
+    for _ in range(n):
+        x = paddle.to_tensor(np.random.standard_normal((5, 4)).astype(np.float32))
+        state.model(x).square().mean().backward()
+        state.optimizer.step()
+        state.optimizer.clear_grad()
+        state.optimizer._learning_rate.step()
+        state.step += 1
+    return {k: np.array(v) for k, v in state.model.state_dict().items()}
+
+
+def _same(a, b):
+    return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("before", [0, 3])
+def test_restore_repeats_the_steps_bitwise(before):
+    state = _state()
+    _steps(state, before)
+    state.commit()
+    first = _steps(state, 3)
+    assert state.step == before + 3
+    state.restore()
+    assert state.step == before
+    assert _same(_steps(state, 3), first)
+
+
+def test_the_commit_on_disk_loads_and_repeats_the_steps(tmp_path):
+    state = _state(str(tmp_path))
+    _steps(state, 2)
+    np.random.seed(5)
+    state.commit(save=True)
+    assert latest_checkpoint(str(tmp_path)).endswith("step-000001")
+    np.random.seed(9)
+    paddle.seed(9)
+    want = _steps(state, 2)
+    fresh = _state(str(tmp_path), seed=3)
+    assert fresh.load() == 1 and fresh.step == 2
+    np.random.seed(9)
+    paddle.seed(9)
+    assert _same(_steps(fresh, 2), want)
+
+
+def test_values_are_declared_and_json_on_disk(tmp_path):
+    state = _state(str(tmp_path))
+    with pytest.raises(AttributeError, match="declare it in State"):
+        state.epoch = 1
+    with pytest.raises(ConfigError, match="taken by State"):
+        elastic.State(state.model, commits=1)
+    with pytest.raises(ConfigError, match="paddle.nn.Layer"):
+        elastic.State(object())
+    state.step = object()
+    state.commit()
+    with pytest.raises(ConfigError, match="JSON"):
+        state.save()
