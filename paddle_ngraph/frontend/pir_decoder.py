@@ -162,7 +162,7 @@ def _captured_values(op) -> tuple[list, list]:
                 inner.add(result.id)
             operands = [v for v in inner_op.operands_source() if v is not None and v.initialized()]
             reads.extend(operands)
-            writes.extend(_updated_in_place(inner_op))
+            writes.extend(updated_in_place(inner_op))
             for sub in inner_op.blocks():
                 walk(sub)
 
@@ -190,9 +190,9 @@ def _nested_updates(op) -> list:
     return updates
 
 
-def _updated_in_place(op) -> list:
+def updated_in_place(op) -> list:
     """The operands an in-place op (``assign_out_``, ``sgd_``) updates: those whose slot has an
-    ``<slot>_out`` result."""
+    ``<slot>_out`` result, and ``assign_out_``'s ``output`` (Paddle's ``inplace (output -> out)``)."""
     if not _is_inplace(op.name()):
         return []
     in_slots, out_slots = _slot_names(op)
@@ -200,8 +200,10 @@ def _updated_in_place(op) -> list:
     if len(in_slots) != len(operands):
         return []
     outs = {normalize(slot) for slot in out_slots}
-    return [v for slot, v in zip(in_slots, operands)
-            if normalize(slot) + "out" in outs and v is not None and v.initialized()]
+    written = {slot for slot in in_slots if normalize(slot) + "out" in outs}
+    if "output" in in_slots and "out" in outs:
+        written.add("output")
+    return [v for slot, v in zip(in_slots, operands) if slot in written and v is not None and v.initialized()]
 
 
 def _slot_names(op) -> tuple[list, list]:

@@ -101,6 +101,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
     # The engines read feeds and parameters: their declarations come first.
     for op in sources:
         op.move_before(first_other)
+    _refuse_inplace_writes_of_engine_state(view, plan, removed_ids)
     token = None
     # Values an engine gave Paddle, by name: a later engine reading the same name from Paddle reads
     # the engine's output (a control-flow op may have updated it in place in between).
@@ -114,13 +115,18 @@ def rewrite_pir(view, plan: Plan, engines: list):
             op_type, token_slot = engine_op.op_for(len(seg.outputs))
             outs = _C_ops._run_custom_op(op_type, inputs, engine.id)
             paddle.pir.reset_insertion_point_to_end()
-        engine_op_id = outs[0].get_defining_op().id()
+        made_by = outs[0].get_defining_op()
+        # The engine's own inputs (packed by a builtin.combine) keep reading the values as they were
+        # before it: an input the engine also outputs (a value it updates) is not its own result.
+        own = {made_by.id()} | {v.get_defining_op().id() for v in made_by.operands_source()
+                                  if v.initialized() and v.get_defining_op() is not None
+                                  and v.get_defining_op().name() == "builtin.combine"}
         for slot, name in enumerate(seg.outputs):
             if seg.before_op is not None:  # collective-only: just the update it serves
                 target = seg.before_op.native.id()
                 accept = lambda user, target=target: user.id() == target  # noqa: E731
             else:
-                accept = lambda user: user.id() not in removed_ids and user.id() != engine_op_id  # noqa: E731
+                accept = lambda user: user.id() not in removed_ids and user.id() not in own  # noqa: E731
             _replace_uses(view.values[name], outs[slot], accept)
             info = view.vars.get(name)
             if seg.before_op is None and not (info is not None and info.persistable):  # state: its variable
@@ -150,6 +156,31 @@ def _follows_converted(op, converted: set) -> bool:
         sources = [v.get_defining_op() for v in op.operands_source() if v is not None and v.initialized()]
         return bool(sources) and all(s is not None and s.id() in converted for s in sources)
     return False
+
+
+def _refuse_inplace_writes_of_engine_state(view, plan: Plan, removed_ids: set):
+    """An op left to Paddle that writes in place into state an engine updates (LookAhead's
+    ``assign_out_`` into a parameter after ``sgd_``) would write into the engine's output, a copy,
+    and the update would be lost: refused, before the program changes, rather than trained wrong."""
+    from ..frontend.pir_decoder import updated_in_place
+
+    for seg in plan.segments:
+        if seg.before_op is not None:
+            continue
+        for name in seg.outputs:
+            info = view.vars.get(name)
+            if info is None or not info.persistable:
+                continue
+            value = view.values[name]
+            for user in value.all_used_ops():
+                outer = _outermost(user)
+                if outer.id() in removed_ids:
+                    continue
+                if any(v.id == value.id for v in updated_in_place(user)):
+                    raise ConversionError(
+                        f"{user.name()} (left to Paddle) writes in place into {name}, which engine segment "
+                        f"{seg.index} updates: in a PIR program the engine cannot hand it the variable "
+                        f"itself (convert {user.name()}, or run this program in legacy IR)")
 
 
 def _replace_uses(old, new, accept):

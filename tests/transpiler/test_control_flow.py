@@ -7,6 +7,7 @@ import paddle
 import pytest
 
 import paddle_ngraph
+from paddle_ngraph.errors import ConversionError
 from paddle_ngraph.frontend import decode
 from paddle_ngraph.transpiler.segments import CONTROL_FLOW, NO_CONVERTER, VARIABLE_KIND, plan_segments
 
@@ -96,6 +97,23 @@ def test_pir_cond_plan_says_why():
 def test_pir_cond_trains_as_paddle(backend):
     main = check_equal("cond", "pir", backend)
     assert [op.name() for op in main.global_block().ops].count("pd_op.if") == 2
+
+
+def test_pir_model_average_trains_as_paddle(backend):
+    """Its accumulating ops stay with Paddle; the parameters the engine updates reach them."""
+    check_equal("model_average", "pir", backend)
+
+
+def test_pir_lookahead_is_refused_by_name_not_trained_wrong(backend):
+    """PIR LookAhead writes the slow weights into the parameters in place (assign_out_, left to
+    Paddle) after the engine's update: the engine's result is a copy of the parameter, so the
+    write would be lost. transpile refuses it, naming the op and the parameter."""
+    with ir_guard("pir"):
+        main, startup, _ = cm.build("lookahead")
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            paddle.static.Executor(paddle.CPUPlace()).run(startup)
+            with pytest.raises(ConversionError, match=r"pd_op.assign_out_ \(left to Paddle\) writes in place into "):
+                paddle_ngraph.transpile(main, backend=backend)
 
 
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
