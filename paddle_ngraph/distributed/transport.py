@@ -128,6 +128,43 @@ class Transport:
         if reduction not in REDUCTIONS:
             raise TransportError(f"rank {self.rank}: unknown reduction '{reduction}'; valid: {', '.join(REDUCTIONS)}")
 
+    # --- groups ---------------------------------------------------------------------------------
+    def group(self, ranks) -> "Transport":
+        """The transport among ``ranks`` (global ranks in increasing order; empty: every rank):
+        rank and size within the group, the same collectives. Made on first use by the group's
+        ranks only, and kept; ranks that use several groups must make them in the same order
+        (``make_groups`` does, in the order of their rank tuples)."""
+        ranks = self._checked_group(ranks)
+        if not ranks or len(ranks) == self.size:
+            return self
+        cache = self.__dict__.setdefault("_groups", {})
+        if ranks not in cache:
+            cache[ranks] = self._make_group(ranks)
+        return cache[ranks]
+
+    def make_groups(self, groups) -> None:
+        """Makes every group of ``groups`` this rank is in now, in one order every rank agrees on
+        (the groups' rank tuples sorted), so that no two ranks wait for each other in different
+        groups."""
+        for ranks in sorted({self._checked_group(g) for g in groups}):
+            if ranks and self.rank in ranks:
+                self.group(ranks)
+
+    def _checked_group(self, ranks) -> tuple[int, ...]:
+        from ..ir.groups import check_group
+
+        try:
+            ranks = check_group(ranks, self.size)
+        except ValueError as e:
+            raise TransportError(f"rank {self.rank}: {e}") from None
+        if ranks and self.rank not in ranks:
+            raise TransportError(f"rank {self.rank}: a collective over group {ranks}, which does not include "
+                                 f"this rank")
+        return ranks
+
+    def _make_group(self, ranks: tuple[int, ...]) -> "Transport":
+        raise TransportError(f"rank {self.rank}: the {self.name} transport has no groups of ranks (group {ranks})")
+
     def native_link(self) -> NativeLink | None:
         """How the CPU backend may reduce from C++ over this transport; None: only through this
         Python object (the backend calls its collectives on the communication thread)."""

@@ -137,6 +137,8 @@ int Executor::add_collective_start(const NodeInfo& node, int node_index, const s
   c.reduction = node.attrs.has("reduction") ? node.attrs.get_string("reduction") : "sum";
   c.compress = node.attrs.has("compress") ? node.attrs.get_string("compress") : "none";
   for (const auto& d : node.inputs) c.count += d.numel();
+  c.needs_fallback = (node.attrs.has("group") && !node.attrs.get_ints("group").empty()) ||
+                     (node.attrs.has("axis") && node.attrs.get_ints("axis").at(0) != 0);
   c.node = node;
   c.node_index = node_index;
   c.in = in;
@@ -339,7 +341,7 @@ double Executor::start_collective(int index, bool tracing) {
   // Pack the bucket into its region (a no-op where the planner placed an input there already).
   // A lone uncompressed input elsewhere is not copied: the AllReduce reads it in place.
   c.unpacked = nullptr;
-  if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" &&
+  if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" && !c.needs_fallback &&
       resolved_[c.in[0]] != resolved_[c.out[0]]) {
     c.unpacked = resolved_[c.in[0]];
   } else {
@@ -486,7 +488,9 @@ void Executor::comm_loop() {
 
 void Executor::run_collective(Collective& c) {
   const bool one_process = !comm_ || comm_->size() == 1;
-  if (c.node.op_type == "AllReduce" && c.region >= 0) {
+  if (c.needs_fallback) {
+    // Packed into its region by the Start step (never left in place): the fallback below reads it.
+  } else if (c.node.op_type == "AllReduce" && c.region >= 0) {
     const TensorDesc& first = c.node.inputs.at(0);
     if (c.unpacked != nullptr) {
       if (!one_process && comm_->supports_allreduce(first.dtype, c.reduction)) {
@@ -508,7 +512,7 @@ void Executor::run_collective(Collective& c) {
     }
   }
   const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
-  if (sharded && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
+  if (sharded && !c.needs_fallback && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
     const TensorDesc& in = c.node.inputs.at(0);
     const std::string& reduction = c.reduction;  // "sum" for AllGather, which has none
     if (comm_->supports_sharded(in.dtype, reduction)) {

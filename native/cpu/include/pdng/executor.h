@@ -166,6 +166,9 @@ class Executor {
     std::string reduction, compress;
     int64_t count = 0;
     bool overlaps = true;
+    // Over a group of ranks (the node's "group" attribute), or an AllGather along an axis other
+    // than 0: the native communicators serve neither, the fallback (the transport) does.
+    bool needs_fallback = false;
     // Written by whichever thread runs it (under mutex_), read after done.
     bool done = false;
     bool traced = false;  // set by the Start step: the thread records its transfer's times
