@@ -9,8 +9,8 @@ these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum) over 
 ``c_embedding_grad``; so each converter here is a forward computation.
 
 - ``c_identity``: the identity (its forward; Paddle emits its gradient as an AllReduce).
-- ``mp_allreduce_sum``, ``c_allreduce_{sum,max,min,prod,avg}``, ``all_reduce`` (``reduce_type``):
-  AllReduce over the ring.
+- ``mp_allreduce_sum``, ``all_reduce`` (by its ``reduce_type``): AllReduce over the ring. (Paddle
+  3.3.1 registers no ``c_allreduce_*`` op any more: its programs use these two.)
 - ``c_concat``: AllGather along the last axis, in rank order; ``c_split``: this rank's slice of
   the last axis (no communication).
 - ``c_embedding`` (``start_index``): the lookup of the ids in [start_index, start_index + rows) of
@@ -61,29 +61,9 @@ def c_identity(ctx):
     ctx.set_output(("Out", "out"), ctx.input("X", "x"))
 
 
-@converter("mp_allreduce_sum", "c_allreduce_sum")
-def c_allreduce_sum(ctx):
+@converter("mp_allreduce_sum")
+def mp_allreduce_sum(ctx):
     _allreduce(ctx, "sum")
-
-
-@converter("c_allreduce_max")
-def c_allreduce_max(ctx):
-    _allreduce(ctx, "max")
-
-
-@converter("c_allreduce_min")
-def c_allreduce_min(ctx):
-    _allreduce(ctx, "min")
-
-
-@converter("c_allreduce_prod")
-def c_allreduce_prod(ctx):
-    _allreduce(ctx, "prod")
-
-
-@converter("c_allreduce_avg")
-def c_allreduce_avg(ctx):
-    _allreduce(ctx, "avg")
 
 
 @converter("all_reduce")
