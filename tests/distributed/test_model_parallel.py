@@ -45,7 +45,11 @@ def _param(name, value):
     return paddle.ParamAttr(name=name, initializer=paddle.nn.initializer.Assign(value))
 
 
-def mp_worker(mp: int, backend: str, print_program: bool = False):
+def mp_worker(mp: int, backend: str, parallel_loss: bool = False):
+    """One rank's training. ``parallel_loss``: the last layer's output stays sharded by class and
+    the loss is Paddle's c_softmax_with_cross_entropy over the shards (fleet's ParallelCrossEntropy;
+    Paddle's static helper names the global rank and size, so mp_degree must be the number of ranks);
+    else the output is gathered (c_concat) and the loss is plain cross entropy."""
     import paddle_ngraph  # noqa: F401  # strategy.ngraph
     import paddle
     import paddle.distributed.fleet as fleet
@@ -73,9 +77,14 @@ def mp_worker(mp: int, backend: str, print_program: bool = False):
             h = paddle.nn.functional.relu(h)
             h = split(h, (HIDDEN, MIDDLE), "linear", axis=0, num_partitions=mp,
                       weight_attr=_param("w1", weights["w1"]), bias_attr=_param("b1", weights["b1"]))
-            h = split(h, (MIDDLE, CLASSES), "linear", axis=1, num_partitions=mp, gather_out=True,
+            h = split(h, (MIDDLE, CLASSES), "linear", axis=1, num_partitions=mp, gather_out=not parallel_loss,
                       weight_attr=_param("w2", weights["w2"]), bias_attr=_param("b2", weights["b2"]))
-            loss = paddle.mean(paddle.nn.functional.cross_entropy(h, y))
+            if parallel_loss:
+                from paddle.distributed.fleet.layers.mpu.mp_ops import _c_softmax_with_cross_entropy
+
+                loss = paddle.mean(_c_softmax_with_cross_entropy(h, y))
+            else:
+                loss = paddle.mean(paddle.nn.functional.cross_entropy(h, y))
             fleet.distributed_optimizer(paddle.optimizer.SGD(LR)).minimize(loss)
         op_types = [op.type for op in main.global_block().ops]
         exe = paddle.static.Executor(paddle.CPUPlace())
@@ -145,18 +154,25 @@ def check_against_dense(results, nranks: int, mp: int):
                     np.testing.assert_array_equal(other, shards[0])
 
 
+PADDLE_MP_OPS = {"c_identity", "c_concat", "c_split", "mp_allreduce_sum", "all_reduce", "c_embedding",
+                 "c_embedding_grad", "c_softmax_with_cross_entropy", "c_softmax_with_cross_entropy_grad"}
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("backend", ["INTERPRETER", "CPU"])
-def test_split_layers_on_two_ranks_match_the_dense_model(backend):
+@pytest.mark.parametrize("parallel_loss", [False, True], ids=["gathered_loss", "parallel_loss"])
+def test_split_layers_on_two_ranks_match_the_dense_model(backend, parallel_loss):
     """mp_degree = 2 = ranks: no data-parallel AllReduce at all."""
-    run = run_ranks(mp_worker, 2, 2, backend)
+    run = run_ranks(mp_worker, 2, 2, backend, parallel_loss)
     check_against_dense(run.results, 2, 2)
     for result in run.results:  # what Paddle's split emits, replaced by the engine
         assert any(t.startswith("ngraph_engine") for t in result["op_types"])
-        assert not {"c_identity", "c_concat", "mp_allreduce_sum", "all_reduce", "c_embedding"} & set(result["op_types"])
+        assert not PADDLE_MP_OPS & set(result["op_types"])
         # Only the model's own collectives, over the model-parallel group (every rank: "()"); no
-        # gradient bucket: the two ranks are one model, with no replica to average with.
-        assert sorted(c[0] for c in result["collectives"]) == ["AllGather"] + ["AllReduce"] * 4
+        # gradient bucket: the two ranks are one model, with no replica to average with. The
+        # parallel loss needs three AllReduces where the gathered one needs one AllGather.
+        expected = ["AllReduce"] * 7 if parallel_loss else ["AllGather"] + ["AllReduce"] * 4
+        assert sorted(c[0] for c in result["collectives"]) == expected
         assert all(group == () and not bucket for _, group, bucket in result["collectives"])
 
 

@@ -16,6 +16,9 @@ these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum) over 
 - ``c_embedding`` (``start_index``): the lookup of the ids in [start_index, start_index + rows) of
   this rank's table shard; other ids read zeros (the caller sums the shards' outputs over the
   ring). ``c_embedding_grad``: the shard's rows accumulate the gradients of its ids only.
+- ``c_softmax_with_cross_entropy`` (+ grad): softmax cross entropy over logits whose classes are
+  sharded over the ring (``rank`` * classes is this rank's first), with AllReduces of the row
+  maximum, the target logit and the sum of exponentials.
 """
 from __future__ import annotations
 
@@ -137,3 +140,75 @@ def c_embedding_grad(ctx):
                                        padding_idx=rows).output()
     shard = ops.Slice(grad, axes=[0], starts=[0], ends=[rows]).output()
     ctx.set_output(("W@GRAD", "weight_grad"), shard)
+
+
+# --- c_softmax_with_cross_entropy: softmax cross entropy over classes sharded across the ring ------
+def _class_shard(ctx):
+    """(logits, label, group, this rank's first class, the shard's classes) of the op, checked."""
+    logits = ctx.input("Logits", "logits")
+    label = ctx.input("Label", "label")
+    group = ring_group(ctx)
+    nranks = _checked_nranks(ctx, group)
+    rank = int(ctx.attr("rank", default=0))
+    classes = logits.shape[-1]
+    if classes < 0 or not 0 <= rank < nranks:
+        raise ctx.fail(f"needs logits with a static class axis and rank below nranks {nranks}; got {logits.type}, "
+                       f"rank {rank}")
+    if label.type.rank != logits.type.rank or label.shape[-1] != 1:
+        raise ctx.fail(f"needs one hard label per row (label {label.type} for logits {logits.type}); soft "
+                       f"multi-label targets are not supported")
+    return logits, label, group, rank * classes, classes
+
+
+def _target_mask(label: Output, start: int, classes: int) -> Output:
+    """True at the column of each row's label, where the label is one of this shard's classes."""
+    columns = ops.Constant(np.arange(start, start + classes, dtype=label.dtype.numpy), dtype=label.dtype).output()
+    return ops.Equal(label, columns).output()
+
+
+def _ignored(ctx, label: Output) -> Output:
+    ignore_index = int(ctx.attr("ignore_index", default=-100))
+    return ops.Equal(label, constant(ignore_index, label.dtype)).output()
+
+
+@converter("c_softmax_with_cross_entropy")
+def c_softmax_with_cross_entropy(ctx):
+    """As Paddle's kernel: the row maximum AllReduced (max), the target logit (after subtracting
+    it) AllReduced (sum: one shard holds it, the others give 0), the sum of exponentials AllReduced
+    (sum); loss = log(sum) - target, 0 for ignore_index; softmax = exp / sum."""
+    logits, label, group, start, classes = _class_shard(ctx)
+    last = logits.type.rank - 1
+
+    def over_group(value, reduction, what):
+        return ops.AllReduce(value, reduction=reduction, group=group, name=f"{ctx.op_type}_{what}_{value.node.name}"
+                             ).output()
+
+    row_max = over_group(ops.ReduceMax(logits, axes=[last], keep_dims=True).output(), "max", "max")
+    shifted = ops.Subtract(logits, row_max).output()
+    zero = constant(0, logits.dtype)
+    picked = ops.Select(_target_mask(label, start, classes), shifted, zero).output()
+    target = over_group(ops.ReduceSum(picked, axes=[last], keep_dims=True).output(), "sum", "target")
+    exps = ops.Exp(shifted).output()
+    total = over_group(ops.ReduceSum(exps, axes=[last], keep_dims=True).output(), "sum", "sum_exp")
+    loss = ops.Subtract(ops.Log(total).output(), target).output()
+    ctx.set_output(("Loss", "loss"), ops.Select(_ignored(ctx, label), zero, loss).output())
+    inverse = ops.Divide(constant(1, logits.dtype), total).output()
+    ctx.set_output(("Softmax", "softmax"), ops.Multiply(exps, inverse).output())
+
+
+@converter("c_softmax_with_cross_entropy_grad")
+def c_softmax_with_cross_entropy_grad(ctx):
+    """(softmax - one-hot of the label within this shard) * the loss gradient of the row; rows of
+    ignore_index get 0. No communication: the forward pass left each rank its shard's softmax."""
+    softmax = ctx.input("Softmax", "softmax")
+    label = ctx.input("Label", "label")
+    dloss = ctx.input("Loss@GRAD", "loss_grad")
+    nranks = _checked_nranks(ctx, ring_group(ctx))
+    rank, classes = int(ctx.attr("rank", default=0)), softmax.shape[-1]
+    if classes < 0 or not 0 <= rank < nranks or label.shape[-1] != 1:
+        raise ctx.fail(f"needs a static class axis, rank below nranks {nranks} and one label per row; got softmax "
+                       f"{softmax.type}, label {label.type}, rank {rank}")
+    one_hot = ops.Convert(_target_mask(label, rank * classes, classes), dtype=softmax.dtype.value).output()
+    grad = ops.Multiply(ops.Subtract(softmax, one_hot).output(), dloss).output()
+    zero = constant(0, softmax.dtype)
+    ctx.set_output(("Logits@GRAD", "logits_grad"), ops.Select(_ignored(ctx, label), zero, grad).output())
