@@ -45,11 +45,12 @@ def _param(name, value):
     return paddle.ParamAttr(name=name, initializer=paddle.nn.initializer.Assign(value))
 
 
-def mp_worker(mp: int, backend: str, parallel_loss: bool = False):
+def mp_worker(mp: int, backend: str, parallel_loss: bool = False, hybrid: bool = False):
     """One rank's training. ``parallel_loss``: the last layer's output stays sharded by class and
     the loss is Paddle's c_softmax_with_cross_entropy over the shards (fleet's ParallelCrossEntropy;
     Paddle's static helper names the global rank and size, so mp_degree must be the number of ranks);
-    else the output is gathered (c_concat) and the loss is plain cross entropy."""
+    else the output is gathered (c_concat) and the loss is plain cross entropy. ``hybrid``: the degree
+    given as ``hybrid_configs`` (dp_degree, mp_degree) instead of ``tensor_parallel_configs``."""
     import paddle_ngraph  # noqa: F401  # strategy.ngraph
     import paddle
     import paddle.distributed.fleet as fleet
@@ -58,8 +59,12 @@ def mp_worker(mp: int, backend: str, parallel_loss: bool = False):
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True
     strategy.ngraph_configs = {"backend": backend}
-    strategy.tensor_parallel = True
-    strategy.tensor_parallel_configs = {"tensor_parallel_degree": mp}
+    nranks = paddle.distributed.get_world_size()
+    if hybrid:
+        strategy.hybrid_configs = {"dp_degree": nranks // mp, "mp_degree": mp}
+    else:
+        strategy.tensor_parallel = True
+        strategy.tensor_parallel_configs = {"tensor_parallel_degree": mp}
     fleet.init(is_collective=True, strategy=strategy)
     rank, nranks = fleet.worker_index(), fleet.worker_num()
     mp_rank, replica, replicas = rank % mp, rank // mp, nranks // mp
@@ -178,8 +183,9 @@ def test_split_layers_on_two_ranks_match_the_dense_model(backend, parallel_loss)
 
 @pytest.mark.distributed
 def test_split_layers_with_data_parallel_replicas():
-    """4 ranks: 2 replicas of a model sharded over 2; gradients averaged over each data-parallel group."""
-    run = run_ranks(mp_worker, 4, 2, "CPU", timeout=400)
+    """4 ranks: 2 replicas of a model sharded over 2; gradients averaged over each data-parallel group.
+    The degrees come as hybrid_configs here (tensor_parallel_configs in the 2-rank tests)."""
+    run = run_ranks(mp_worker, 4, 2, "CPU", False, True, timeout=400)
     check_against_dense(run.results, 4, 2)
     for result in run.results:
         rank = result["rank"]
