@@ -145,7 +145,8 @@ class Transport:
     def make_groups(self, groups) -> None:
         """Makes every group of ``groups`` this rank is in now, in one order every rank agrees on
         (the groups' rank tuples sorted), so that no two ranks wait for each other in different
-        groups."""
+        groups. Every rank of the job calls it (with its own groups): a transport may need them all
+        (oneCCL's stores travel over the job's transport)."""
         for ranks in sorted({self._checked_group(g) for g in groups}):
             if ranks and self.rank in ranks:
                 self.group(ranks)

@@ -7,6 +7,7 @@ import pytest
 
 from ranks import run_ranks
 from paddle_ngraph.distributed import NullTransport
+from paddle_ngraph.distributed.ccl import available as ccl_available
 from paddle_ngraph.errors import ConfigError, TransportError, ValidationError
 from paddle_ngraph.ir import Function, ops
 from paddle_ngraph.ir.groups import RankLayout
@@ -31,11 +32,11 @@ def _group_function(group, axis_gather: int):
                           "scatter": scattered.output(0), "all": everywhere.output(0)})
 
 
-def groups_worker():
+def groups_worker(transport_name: str = "mpi"):
     from paddle_ngraph.backends import get_backend
     from paddle_ngraph.distributed import make_transport
 
-    transport = make_transport("mpi")
+    transport = make_transport(transport_name)
     layout = RankLayout(transport.size, transport.rank, MP)
     mp, dp = layout.mp_group(), layout.dp_group()
     transport.make_groups([mp, dp])
@@ -73,9 +74,13 @@ def groups_worker():
     return checked
 
 
+needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+
+
 @pytest.mark.distributed
-def test_group_collectives_on_four_ranks():
-    run = run_ranks(groups_worker, NRANKS)
+@pytest.mark.parametrize("transport", ["mpi", pytest.param("ccl", marks=needs_ccl)])
+def test_group_collectives_on_four_ranks(transport):
+    run = run_ranks(groups_worker, NRANKS, transport)
     for rank, checked in enumerate(run.results):
         layout = RankLayout(NRANKS, rank, MP)
         assert checked == ["mp", "dp"] + [f"{b}:{g}" for b in ("INTERPRETER", "CPU")

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from ranks import run_ranks
+from paddle_ngraph.distributed.ccl import available as ccl_available
+
+needs_ccl = pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
 
 VOCAB, EMB, SEQ, HIDDEN, MIDDLE, CLASSES = 8, 6, 3, 10, 6, 4
 BATCH, STEPS, LR, SEED = 4, 5, 0.1, 7
@@ -105,7 +108,8 @@ def mp_worker(mp: int, backend: str, parallel_loss: bool = False, hybrid: bool =
 
     collectives = [(n.op_type, n.attrs["group"], n.attrs["bucket"]) for e in engines()
                    for n in e.function.ordered_nodes() if n.op_type in COLLECTIVE_OPS]
-    return {"rank": rank, "losses": losses, "params": params, "op_types": op_types, "collectives": collectives}
+    return {"rank": rank, "losses": losses, "params": params, "op_types": op_types, "collectives": collectives,
+            "transport": engines()[0].transport.name}
 
 
 def dense_run(replicas: int):
@@ -182,12 +186,15 @@ def test_split_layers_on_two_ranks_match_the_dense_model(backend, parallel_loss)
 
 
 @pytest.mark.distributed
-def test_split_layers_with_data_parallel_replicas():
+@pytest.mark.parametrize("launcher", ["mpirun", pytest.param("launch", marks=needs_ccl)])
+def test_split_layers_with_data_parallel_replicas(launcher):
     """4 ranks: 2 replicas of a model sharded over 2; gradients averaged over each data-parallel group.
-    The degrees come as hybrid_configs here (tensor_parallel_configs in the 2-rank tests)."""
-    run = run_ranks(mp_worker, 4, 2, "CPU", False, True, timeout=400)
+    The degrees come as hybrid_configs here (tensor_parallel_configs in the 2-rank tests). Under
+    mpirun over MPI's group communicators, under paddle.distributed.launch over oneCCL's."""
+    run = run_ranks(mp_worker, 4, 2, "CPU", False, True, launcher=launcher, timeout=400)
     check_against_dense(run.results, 4, 2)
     for result in run.results:
+        assert result["transport"] == {"mpirun": "MPI", "launch": "CCL"}[launcher]
         rank = result["rank"]
         model, replicas = (rank - rank % 2, rank - rank % 2 + 1), (rank % 2, rank % 2 + 2)
         buckets = [group for _, group, bucket in result["collectives"] if bucket]
