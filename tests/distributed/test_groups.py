@@ -113,3 +113,13 @@ def test_one_process_groups():
     assert t.group((0,)) is t and t.group(()) is t
     with pytest.raises(TransportError, match="beyond the job"):
         t.group((0, 1))
+
+
+def test_groups_survive_serialization():
+    from paddle_ngraph.ir import from_json, to_json
+
+    f = _group_function((1, 3), 1)
+    back = from_json(to_json(f))
+    groups = sorted((n.name, n.attrs["group"]) for n in back.ordered_nodes() if "group" in n.attrs)
+    assert groups == sorted((n.name, n.attrs["group"]) for n in f.ordered_nodes() if "group" in n.attrs)
+    assert ("gather_over_group", (1, 3)) in groups and ("sum_over_all", ()) in groups
