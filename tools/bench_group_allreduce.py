@@ -5,7 +5,8 @@ Run under mpirun with 2 ranks (one group of both):
   mpirun -np 2 --allow-run-as-root --oversubscribe python tools/bench_group_allreduce.py [--transport ccl]
 Times one float32 sum AllReduce compiled by the CPU backend, once of the whole job (``group ()``:
 the native path, over shared memory on one node) and once named by its group ``(0, 1)`` (the same
-ranks, through the transport's group object on the communication thread). The two are interleaved:
+ranks: with --transport mpi flat MPI_Allreduce from C++ over the group's communicator, with ccl
+through the transport's group object in Python, on the communication thread). The two are interleaved:
 each of --rounds rounds times a block of calls of both in turn after a barrier; the median over
 rounds is printed with the spread (min-max). The machine is shared: compare the rows of one run.
 """

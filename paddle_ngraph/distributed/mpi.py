@@ -89,6 +89,7 @@ class MpiTransport(Transport):
         self._half_ops = {}
         self.topology: NodeTopology | None = None
         self.hierarchical = False  # set by set_hierarchical; flat MPI_Allreduce until then
+        self._group_native = None  # native_group_link's duplicate of comm
 
     def set_hierarchical(self, mode: str = "auto") -> bool:
         """Chooses flat or hierarchical allreduce; collective (every rank calls it). ``auto``: hierarchical
@@ -108,6 +109,14 @@ class MpiTransport(Transport):
                      "hierarchical" if self.hierarchical else "flat", mode, self.topology.nodes,
                      "/".join(map(str, self.topology.node_sizes)))
         return self.hierarchical
+
+    def native_group_link(self) -> NativeLink:
+        """Collectives named by a group of these ranks from C++ (flat MPI), on a duplicate of this
+        communicator made on first use: collective over its ranks, which link their executables at
+        the same step (their first call), groups in the order of ``make_groups``."""
+        if self._group_native is None:
+            self._group_native = self.comm.Dup()
+        return NativeLink("mpi-group", (self.MPI._handleof(self._group_native),))
 
     def _make_group(self, ranks):
         """A communicator of ``ranks`` by MPI_Comm_create_group: collective over those ranks only,
@@ -253,6 +262,9 @@ class MpiTransport(Transport):
     def close(self):
         for group in self.__dict__.pop("_groups", {}).values():
             group.close()
+        if self._group_native is not None:
+            self._group_native.Free()
+            self._group_native = None
         for op in self._half_ops.values():
             op.Free()
         self._half_ops.clear()
@@ -275,7 +287,7 @@ class MpiGroupTransport(MpiTransport):
         return False
 
     def native_link(self):
-        return None  # the CPU backend reaches a group through this object (its fallback)
+        return None  # the job's transport links the executor; this group: native_group_link
 
     def group(self, ranks):
         raise TransportError(f"group {self.ranks}: groups are made from the job's transport")

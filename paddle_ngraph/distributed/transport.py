@@ -39,7 +39,8 @@ class NativeLink:
 
     # "mpi": the executor's own MPI communicator; ``handles``: (node communicator, leaders
     # communicator) as integers, (0, 0) for flat. "functions": C functions of the pdng_ccl ABI;
-    # ``handles``: (address of the allreduce, address of the last-error function).
+    # ``handles``: (address of the allreduce, address of the last-error function). "mpi-group": a
+    # group's (``Transport.group``) flat MPI communicator; ``handles``: (its MPI_Comm as an integer,).
     kind: str
     handles: tuple[int, ...] = ()
 
@@ -169,6 +170,12 @@ class Transport:
     def native_link(self) -> NativeLink | None:
         """How the CPU backend may reduce from C++ over this transport; None: only through this
         Python object (the backend calls its collectives on the communication thread)."""
+        return None
+
+    def native_group_link(self) -> NativeLink | None:
+        """How the CPU backend may run, from C++, collectives named by a group whose transport this
+        is (``group(ranks)``; also the job's transport for a group of every rank); None: through
+        this Python object."""
         return None
 
     def close(self):

@@ -137,8 +137,8 @@ int Executor::add_collective_start(const NodeInfo& node, int node_index, const s
   c.reduction = node.attrs.has("reduction") ? node.attrs.get_string("reduction") : "sum";
   c.compress = node.attrs.has("compress") ? node.attrs.get_string("compress") : "none";
   for (const auto& d : node.inputs) c.count += d.numel();
-  c.needs_fallback = (node.attrs.has("group") && !node.attrs.get_ints("group").empty()) ||
-                     (node.attrs.has("axis") && node.attrs.get_ints("axis").at(0) != 0);
+  if (node.attrs.has("group")) c.group = node.attrs.get_ints("group");
+  c.gathers_other_axis = node.attrs.has("axis") && node.attrs.get_ints("axis").at(0) != 0;
   c.node = node;
   c.node_index = node_index;
   c.in = in;
@@ -341,7 +341,8 @@ double Executor::start_collective(int index, bool tracing) {
   // Pack the bucket into its region (a no-op where the planner placed an input there already).
   // A lone uncompressed input elsewhere is not copied: the AllReduce reads it in place.
   c.unpacked = nullptr;
-  if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" && !c.needs_fallback &&
+  if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" &&
+      (c.group.empty() || native_communicator(c) != nullptr) &&
       resolved_[c.in[0]] != resolved_[c.out[0]]) {
     c.unpacked = resolved_[c.in[0]];
   } else {
@@ -486,15 +487,29 @@ void Executor::comm_loop() {
   }
 }
 
+Communicator* Executor::native_communicator(const Collective& c) const {
+  if (c.group.empty()) return comm_.get();
+  auto found = group_comms_.find(c.group);
+  return found == group_comms_.end() ? nullptr : found->second.get();
+}
+
+void Executor::set_group_communicator(const std::vector<int64_t>& group, std::shared_ptr<Communicator> comm) {
+  PDNG_CHECK(!group.empty(), "a group communicator needs the group's ranks");
+  group_comms_[group] = std::move(comm);
+}
+
 void Executor::run_collective(Collective& c) {
-  const bool one_process = !comm_ || comm_->size() == 1;
-  if (c.needs_fallback) {
+  Communicator* comm = native_communicator(c);
+  // A group without a native communicator must not pass for one process: the fallback runs it.
+  const bool via_fallback = c.gathers_other_axis || (!c.group.empty() && comm == nullptr);
+  const bool one_process = !comm || comm->size() == 1;
+  if (via_fallback) {
     // Packed into its region by the Start step (never left in place): the fallback below reads it.
   } else if (c.node.op_type == "AllReduce" && c.region >= 0) {
     const TensorDesc& first = c.node.inputs.at(0);
     if (c.unpacked != nullptr) {
-      if (!one_process && comm_->supports_allreduce(first.dtype, c.reduction)) {
-        comm_->allreduce(c.unpacked, resolved_[c.region], c.count, first.dtype, c.reduction);
+      if (!one_process && comm->supports_allreduce(first.dtype, c.reduction)) {
+        comm->allreduce(c.unpacked, resolved_[c.region], c.count, first.dtype, c.reduction);
         return;
       }
       // Everything else reads the packed region.
@@ -502,29 +517,29 @@ void Executor::run_collective(Collective& c) {
     }
     if (one_process) return;  // every reduction over one rank is the identity (avg: sum / 1)
     if (c.compress != "none") {
-      if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(c.reduction, c.compress)) {
-        comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
+      if (first.dtype == DType::Float32 && comm->supports_compressed_allreduce(c.reduction, c.compress)) {
+        comm->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
         return;
       }
-    } else if (comm_->supports_allreduce(first.dtype, c.reduction)) {
-      comm_->allreduce(resolved_[c.region], c.count, first.dtype, c.reduction);
+    } else if (comm->supports_allreduce(first.dtype, c.reduction)) {
+      comm->allreduce(resolved_[c.region], c.count, first.dtype, c.reduction);
       return;
     }
   }
   const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
-  if (sharded && !c.needs_fallback && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
+  if (sharded && !via_fallback && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
     const TensorDesc& in = c.node.inputs.at(0);
     const std::string& reduction = c.reduction;  // "sum" for AllGather, which has none
-    if (comm_->supports_sharded(in.dtype, reduction)) {
+    if (comm->supports_sharded(in.dtype, reduction)) {
       if (c.node.op_type == "ReduceScatter")
-        comm_->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);
+        comm->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);
       else
-        comm_->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
+        comm->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
       return;
     }
     const bool scatter = c.node.op_type == "ReduceScatter";
     const int64_t count = scatter ? c.node.outputs.at(0).numel() : in.numel();
-    if (comm_->sharded_over_node(scatter, resolved_[c.in[0]], resolved_[c.out[0]], count, in.dtype, reduction)) return;
+    if (comm->sharded_over_node(scatter, resolved_[c.in[0]], resolved_[c.out[0]], count, in.dtype, reduction)) return;
   }
   PDNG_CHECK(fallback_ != nullptr, "no communicator can run collective " + c.node.op_type);
   std::vector<void*> in(c.in.size()), out(c.out.size());
