@@ -226,7 +226,7 @@ class CclTransport(Transport):
         wanted = {self._checked_group(g) for g in groups}
         wanted = sorted(g for g in wanted if g and len(g) < self.size and self.rank in g)
         everyone = sorted({tuple(g) for asked in self.allgather_object(wanted) for g in asked})
-        cache = self.__dict__.setdefault("_groups", {})
+        cache = self._group_cache()
         mine = {}
         for ranks in everyone:
             if ranks[0] == self.rank and ranks not in cache:
@@ -251,7 +251,7 @@ class CclTransport(Transport):
             raise TransportError(str(e)) from None
 
     def close(self):
-        self.__dict__.pop("_groups", None)
+        self._close_groups()  # the groups' own close does nothing: finalize destroys every communicator
         self.ccl.finalize()
 
 

@@ -260,8 +260,7 @@ class MpiTransport(Transport):
         self.comm.Abort(1)
 
     def close(self):
-        for group in self.__dict__.pop("_groups", {}).values():
-            group.close()
+        self._close_groups()
         if self._group_native is not None:
             self._group_native.Free()
             self._group_native = None

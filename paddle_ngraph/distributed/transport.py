@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TransportError
+from ..ir.groups import check_group
 from ..ir.ops.collective import REDUCTIONS
 from .registry import TransportSpec, register_transport
 
@@ -53,6 +54,7 @@ class Transport:
     # node (native/cpu/src/node_allreduce.cc; config key shm_allreduce, set at transpile). Used only
     # where every rank can map the others' memory, and only if every rank allows it.
     shared_memory = True
+    _groups: dict | None = None  # Transport.group's, made on first use
 
     # --- the primitives each transport provides -------------------------------------------
     def allreduce(self, array: np.ndarray, reduction: str = "sum", name: str = "", bfloat16: bool = False) -> np.ndarray:
@@ -138,7 +140,7 @@ class Transport:
         ranks = self._checked_group(ranks)
         if not ranks or len(ranks) == self.size:
             return self
-        cache = self.__dict__.setdefault("_groups", {})
+        cache = self._group_cache()
         if ranks not in cache:
             cache[ranks] = self._make_group(ranks)
         return cache[ranks]
@@ -152,9 +154,18 @@ class Transport:
             if ranks and self.rank in ranks:
                 self.group(ranks)
 
-    def _checked_group(self, ranks) -> tuple[int, ...]:
-        from ..ir.groups import check_group
+    def _group_cache(self) -> dict:
+        """This transport's groups by their rank tuples (the subclasses keep no __init__ of ours)."""
+        if self._groups is None:
+            self._groups = {}
+        return self._groups
 
+    def _close_groups(self):
+        for group in (self._groups or {}).values():
+            group.close()
+        self._groups = None
+
+    def _checked_group(self, ranks) -> tuple[int, ...]:
         try:
             ranks = check_group(ranks, self.size)
         except ValueError as e:
