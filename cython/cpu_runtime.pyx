@@ -16,7 +16,8 @@ cimport numpy as cnp
 from paddle_ngraph.errors import ExecutionError
 
 from pdng_cpu cimport (AllreduceFn, Executor, LastErrorFn, NodeInfo, TensorDesc, kernel_op_types,
-                       make_function_communicator, make_mpi_communicator, mpi_available, node_collectives_run,
+                       make_function_communicator, make_mpi_communicator, make_mpi_group_communicator,
+                       mpi_available, node_collectives_run,
                        num_threads, pdng_make_desc)
 
 cnp.import_array()
@@ -187,6 +188,15 @@ cdef class NativeExecutable:
         shared_memory and every rank can map the others' memory, MPI_Allreduce otherwise."""
         try:
             self.executor.set_communicator(make_mpi_communicator(node_comm, leaders_comm, shared_memory))
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
+
+    def use_native_mpi_group(self, group, uintptr_t group_comm):
+        """The collectives over ``group`` (the global ranks of their "group" attribute) from C++,
+        flat MPI over ``group_comm`` (an MPI_Comm handle of those ranks, mpi4py's MPI._handleof)."""
+        cdef vector[int64_t] ranks = [int(r) for r in group]
+        try:
+            self.executor.set_group_communicator(ranks, make_mpi_group_communicator(group_comm))
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 

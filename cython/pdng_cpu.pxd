@@ -48,6 +48,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void set_results(const vector[int]&) except +
         void set_num_inputs(int)
         void set_communicator(shared_ptr[Communicator]) except +
+        void set_group_communicator(const vector[int64_t]& group, shared_ptr[Communicator]) except +
         string communicator_description()
         void set_fallback(CollectiveFallback, void*)
         void set_threads(int)
@@ -68,6 +69,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
 
 cdef extern from "pdng/mpi_communicator.h" namespace "pdng" nogil:
     bool mpi_available()
+    shared_ptr[Communicator] make_mpi_group_communicator(uintptr_t group_comm) except +
     shared_ptr[Communicator] make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm,
                                                    bint shared_memory) except +
 

@@ -136,6 +136,15 @@ class Config:
             "optimizer state (moments, velocities), and the new parameters are allgathered. Optimizer memory\n"
             "per rank drops by the rank count, traffic stays that of an allreduce. SGD, Momentum and Adam(W)\n"
             "are sliced; other optimizers keep the plain AllReduce. save_checkpoint gathers the full state.")
+    mp_degree: int = option(
+        1, minimum=1,
+        summary="tensor (model) parallelism: ranks per model shard group, mp innermost (see "
+                "docs/model-parallel.md); fleet sets it from `tensor_parallel_degree`",
+        doc="Tensor (model) parallel degree (an integer >= 1 that divides the number of ranks). Ranks form\n"
+            "groups of mp_degree consecutive ranks that each hold one shard of a model built with\n"
+            "paddle.distributed.split (legacy static programs); gradients are averaged over the\n"
+            "data-parallel group only (the ranks holding the same shard), and with mp_degree = ranks\n"
+            "not at all. Fleet sets it from strategy.tensor_parallel_configs['tensor_parallel_degree'].")
     accumulate_steps: int = option(
         1, minimum=1,
         summary="k > 1: gradients of k `exe.run` micro-batches are summed, averaged and AllReduced once, then one "
@@ -354,6 +363,14 @@ def check_combination(config: Mapping, source: str) -> None:
         # ZeRO-1's buckets travel by ReduceScatter/AllGather, which the 16-bit scheme does not cover.
         raise ConfigError(f"{source}: compress: {config['compress']!r} cannot be combined with zero_stage 1 (the "
                           f"sharded buckets are reduce-scattered in float32); set one of them")
+    if config["mp_degree"] > 1:
+        # The gradient passes of these keys average over every rank; with tensor parallelism only
+        # the data-parallel group may be averaged over (docs/model-parallel.md).
+        clash = [f"{key} {config[key]!r}" for key, off in (("zero_stage", 0), ("localsgd_k_steps", 0),
+                                                          ("sync_batch_norm", False)) if config[key] != off]
+        if clash:
+            raise ConfigError(f"{source}: mp_degree {config['mp_degree']} (tensor parallelism) cannot be combined "
+                              f"with {', '.join(clash)} yet")
     if config["localsgd_adaptive"] and not config["localsgd_k_steps"]:
         raise ConfigError(f"{source}: localsgd_adaptive needs localsgd_k_steps >= 1 (its init_k_steps); got "
                           f"localsgd_k_steps 0 (off)")

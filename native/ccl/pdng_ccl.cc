@@ -20,6 +20,13 @@ std::shared_ptr<ccl::kvs> g_kvs;
 std::optional<ccl::communicator> g_comm;
 int g_rank = -1;
 
+// A group's store and, once its members joined, its communicator.
+struct Group {
+  std::shared_ptr<ccl::kvs> kvs;
+  std::optional<ccl::communicator> comm;
+};
+std::vector<std::unique_ptr<Group>> g_groups;
+
 const char* dtype_name(int dtype) {
   switch (dtype) {
     case PDNG_FLOAT32: return "float32";
@@ -93,9 +100,9 @@ void finish(ccl::event event) {
   }
 }
 
+// Runs ``body`` (one collective) with the dtype converted; its exceptions become the error.
 template <typename F>
-int guarded(const char* op, int dtype, F&& body) {
-  if (!g_comm) return fail(std::string(op) + ": the oneCCL communicator is not created");
+int with_dtype(const char* op, int dtype, F&& body) {
   ccl::datatype dt;
   if (!to_ccl(dtype, &dt)) return fail(std::string(op) + ": unsupported dtype code " + std::to_string(dtype));
   try {
@@ -106,9 +113,101 @@ int guarded(const char* op, int dtype, F&& body) {
   }
 }
 
+template <typename F>
+int guarded(const char* op, int dtype, F&& body) {
+  if (!g_comm) return fail(std::string(op) + ": the oneCCL communicator is not created");
+  return with_dtype(op, dtype, std::forward<F>(body));
+}
+
+// The communicator of group ``slot``, or nullptr (after fail()) when there is none.
+ccl::communicator* group_comm(int slot, const char* op) {
+  if (slot < 0 || slot >= static_cast<int>(g_groups.size()) || !g_groups[slot]->comm) {
+    fail(std::string(op) + ": no oneCCL communicator for group slot " + std::to_string(slot));
+    return nullptr;
+  }
+  return &*g_groups[slot]->comm;
+}
+
 }  // namespace
 
 extern "C" {
+
+int pdng_ccl_group_store(int* slot, char* address, size_t capacity, size_t* length) {
+  try {
+    ccl::init();
+    auto group = std::make_unique<Group>();
+    group->kvs = ccl::create_main_kvs();
+    auto addr = group->kvs->get_address();
+    if (addr.size() > capacity) return fail("group kvs address larger than the buffer");
+    std::memcpy(address, addr.data(), addr.size());
+    *length = addr.size();
+    g_groups.push_back(std::move(group));
+    *slot = static_cast<int>(g_groups.size()) - 1;
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string("creating a group's oneCCL kvs failed: ") + e.what());
+  }
+}
+
+int pdng_ccl_group_join(int* slot, const char* address, size_t length, int size, int rank) {
+  try {
+    if (*slot < 0) {
+      ccl::init();
+      ccl::kvs::address_type addr{};
+      if (length != addr.size()) return fail("group kvs address of wrong length " + std::to_string(length));
+      std::memcpy(addr.data(), address, length);
+      auto group = std::make_unique<Group>();
+      group->kvs = ccl::create_kvs(addr);
+      g_groups.push_back(std::move(group));
+      *slot = static_cast<int>(g_groups.size()) - 1;
+    } else if (*slot >= static_cast<int>(g_groups.size())) {
+      return fail("group slot " + std::to_string(*slot) + " does not exist");
+    }
+    Group& group = *g_groups[*slot];
+    group.comm.emplace(ccl::create_communicator(size, rank, group.kvs));
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(std::string("creating a group's oneCCL communicator failed: ") + e.what());
+  }
+}
+
+int pdng_ccl_group_allreduce(int slot, const void* send, void* recv, size_t count, int dtype, int reduction) {
+  ccl::communicator* comm = group_comm(slot, "group allreduce");
+  if (!comm) return 1;
+  ccl::reduction red;
+  if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
+    return fail("group allreduce: unsupported reduction code " + std::to_string(reduction));
+  return with_dtype("group allreduce", dtype,
+                    [&](ccl::datatype dt) { finish(ccl::allreduce(send, recv, count, dt, red, *comm)); });
+}
+
+int pdng_ccl_group_broadcast(int slot, void* buffer, size_t count, int dtype, int root) {
+  ccl::communicator* comm = group_comm(slot, "group broadcast");
+  if (!comm) return 1;
+  return with_dtype("group broadcast", dtype,
+                    [&](ccl::datatype dt) { finish(ccl::broadcast(buffer, count, dt, root, *comm)); });
+}
+
+int pdng_ccl_group_allgather(int slot, const void* send, void* recv, size_t count, int dtype) {
+  ccl::communicator* comm = group_comm(slot, "group allgather");
+  if (!comm) return 1;
+  return with_dtype("group allgather", dtype, [&](ccl::datatype dt) {
+    std::vector<size_t> counts(comm->size(), count);
+    finish(ccl::allgatherv(send, count, recv, counts, dt, *comm));
+  });
+}
+
+int pdng_ccl_group_reduce_scatter(int slot, const void* send, void* recv, size_t recv_count, int dtype,
+                                  int reduction) {
+  ccl::communicator* comm = group_comm(slot, "group reduce_scatter");
+  if (!comm) return 1;
+  ccl::reduction red;
+  if (!to_ccl(static_cast<pdng_reduction>(reduction), &red))
+    return fail("group reduce_scatter: unsupported reduction code " + std::to_string(reduction));
+  return with_dtype("group reduce_scatter", dtype, [&](ccl::datatype dt) {
+    finish(ccl::reduce_scatter(send, recv, recv_count, dt, red, *comm));
+  });
+}
 
 const char* pdng_ccl_last_error(void) { return g_error.c_str(); }
 
@@ -189,6 +288,8 @@ int pdng_ccl_barrier(void) {
 }
 
 void pdng_ccl_finalize(void) {
+  for (auto& group : g_groups) group->comm.reset();
+  g_groups.clear();
   g_comm.reset();
   g_kvs.reset();
 }

@@ -1,4 +1,5 @@
-// C ABI of paddle_ngraph's oneCCL transport (one communicator per process).
+// C ABI of paddle_ngraph's oneCCL transport: the communicator of every rank of the job, and
+// communicators of groups of ranks, each over a key-value store of its own (pdng_ccl_group_*).
 // Every call returns 0 on success; on failure, a nonzero code and a message
 // available from pdng_ccl_last_error() naming the operation, dtype and rank.
 #ifndef PDNG_CCL_H_
@@ -29,7 +30,18 @@ int pdng_ccl_reduce_scatter(const void* send, void* recv, size_t recv_count, int
 int pdng_ccl_send(const void* buffer, size_t count, int dtype, int peer);
 int pdng_ccl_recv(void* buffer, size_t count, int dtype, int peer);
 int pdng_ccl_barrier(void);
-// Destroys the communicator before the store, as oneCCL needs at exit.
+// Groups. A group's first rank makes its store (pdng_ccl_group_store: a new slot, the store's
+// address); every member then joins with that address (pdng_ccl_group_join: the first rank passes
+// its slot, the others -1 and get a new one), collectively over the group. The collectives below
+// take the slot.
+int pdng_ccl_group_store(int* slot, char* address, size_t capacity, size_t* length);
+int pdng_ccl_group_join(int* slot, const char* address, size_t length, int size, int rank);
+int pdng_ccl_group_allreduce(int slot, const void* send, void* recv, size_t count, int dtype, int reduction);
+int pdng_ccl_group_broadcast(int slot, void* buffer, size_t count, int dtype, int root);
+int pdng_ccl_group_allgather(int slot, const void* send, void* recv, size_t count, int dtype);
+int pdng_ccl_group_reduce_scatter(int slot, const void* send, void* recv, size_t recv_count, int dtype,
+                                  int reduction);
+// Destroys the communicators before their stores, as oneCCL needs at exit.
 void pdng_ccl_finalize(void);
 
 #ifdef __cplusplus

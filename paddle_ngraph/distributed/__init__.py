@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from ..errors import ConfigError, TransportError
 from .bootstrap import make_transport
@@ -12,7 +13,7 @@ from .transport import DTYPES, NullTransport, Transport
 load_transports()  # so that every transport is registered, and "auto" knows each launcher's
 
 __all__ = ["Transport", "NullTransport", "DTYPES", "detect_launcher", "make_transport", "resolve_transport",
-           "initial_sync", "function_fingerprint", "LaunchInfo"]
+           "initial_sync", "function_fingerprint", "LaunchInfo", "ReplicaGroups"]
 
 
 def resolve_transport(transport=None, nranks: int | None = None, name: str = "auto",
@@ -25,13 +26,31 @@ def resolve_transport(transport=None, nranks: int | None = None, name: str = "au
     return transport
 
 
+@dataclass(frozen=True)
+class ReplicaGroups:
+    """Under model parallelism (ir/groups.py), among which ranks each value of an engine is the
+    same: every parameter and state among the data-parallel group (the ranks holding the same
+    shard), the parameters that are not sharded (not in ``sharded``) also among the model-parallel
+    group. Groups as collectives name them: ``()`` every rank."""
+
+    dp_group: tuple
+    mp_group: tuple
+    sharded: frozenset
+
+
 def function_fingerprint(function) -> list[str]:
-    """One line per node (op, input types, attrs, output types); equal on ranks that will agree."""
+    """One line per node (op, input types, attrs, output types); equal on ranks that will agree.
+    A collective's group is written as its size: ranks of different groups run the same program."""
     from ..ir.serialize import _format_attr
+
+    def shown(key, value):
+        if key == "group":
+            return f"<{len(value)} ranks>" if value else "<all ranks>"
+        return _format_attr(value)
 
     lines = []
     for node in function.ordered_nodes():
-        attrs = ",".join(f"{k}={_format_attr(v)}" for k, v in sorted(node.attrs.items()) if k != "value")
+        attrs = ",".join(f"{k}={shown(k, v)}" for k, v in sorted(node.attrs.items()) if k != "value")
         ins = ",".join(str(i.type) for i in node.inputs)
         outs = ",".join(str(t) for t in node.output_types)
         lines.append(f"{node.op_type}({ins}){{{attrs}}}->{outs}")
@@ -66,12 +85,38 @@ def check_consistency(function, transport: Transport, settings: dict | None = No
 
 def initial_sync(engine, arrays):
     """Before the first step: check that all ranks run the same function, then copy rank 0's
-    parameters and optimizer state to every rank, so they start identical whatever their seeds."""
+    parameters and optimizer state to every rank, so they start identical whatever their seeds.
+    Under model parallelism (``engine.replicas``) only among the ranks that hold the same values:
+    a shard is never overwritten by another rank's."""
+    replicas: ReplicaGroups | None = getattr(engine, "replicas", None)
+    if replicas is not None:
+        _replicas_sync(engine, arrays, replicas)
+    else:
+        check_consistency(engine.functions, engine.transport, engine.settings)
+        for param, array in zip(engine.function.parameters, arrays):
+            if param.attrs["role"] in ("parameter", "state"):
+                engine.transport.broadcast(array, root=0)
+    if engine.scope_sync:
+        broadcast_scope_variables(engine.scope_sync, transport, force=True)
+
+
+def _replicas_sync(engine, arrays, replicas: ReplicaGroups):
+    """``initial_sync`` under model parallelism: the ranks of a data-parallel group run the same
+    program (those of a model-parallel group do not: their shards' offsets differ) and start from
+    its first rank's values; the parameters that are not sharded start from the model-parallel
+    group's first rank's, as Paddle's TensorParallelOptimizer broadcasts them over its ring."""
     transport = engine.transport
-    check_consistency(engine.functions, transport, engine.settings)
+    transport.make_groups([replicas.dp_group, replicas.mp_group])
+    dp = transport.group(replicas.dp_group) if len(replicas.dp_group) != 1 else None
+    mp = transport.group(replicas.mp_group) if len(replicas.mp_group) != 1 else None
+    if dp is not None:
+        check_consistency(engine.functions, dp, engine.settings)
     for param, array in zip(engine.function.parameters, arrays):
-        if param.attrs["role"] in ("parameter", "state"):
-            transport.broadcast(array, root=0)
+        role = param.attrs["role"]
+        if dp is not None and role in ("parameter", "state"):
+            dp.broadcast(array, root=0)
+        if mp is not None and role == "parameter" and param.name not in replicas.sharded:
+            mp.broadcast(array, root=0)
     if engine.scope_sync:
         broadcast_scope_variables(engine.scope_sync, transport, force=True)
 

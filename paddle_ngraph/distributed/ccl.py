@@ -217,8 +217,109 @@ class CclTransport(Transport):
         """oneCCL's allreduce through the pdng_ccl C ABI (native/cpu/src/function_communicator.cc)."""
         return NativeLink("functions", tuple(self.ccl.allreduce_address()))
 
+    # --- groups: a oneCCL communicator per group, each over a key-value store of its own ---------
+    def make_groups(self, groups) -> None:
+        """Collective over every rank of the job (oneCCL has no communicator split): the ranks agree
+        on the union of the groups they ask for; each group's first rank makes its store, whose
+        address every rank learns; then each group's members create its communicator, in the
+        order of the groups' rank tuples."""
+        wanted = {self._checked_group(g) for g in groups}
+        wanted = sorted(g for g in wanted if g and len(g) < self.size and self.rank in g)
+        everyone = sorted({tuple(g) for asked in self.allgather_object(wanted) for g in asked})
+        cache = self._group_cache()
+        mine = {}
+        for ranks in everyone:
+            if ranks[0] == self.rank and ranks not in cache:
+                mine[ranks] = self._call_returning(self.ccl.group_store)
+        addresses = {g: address for made in self.allgather_object({g: a for g, (_, a) in mine.items()}) for g, address
+                     in made.items()}
+        for ranks in everyone:
+            if self.rank not in ranks or ranks in cache:
+                continue
+            slot = mine[ranks][0] if ranks in mine else -1
+            slot = self._call_returning(self.ccl.group_join, slot, addresses[ranks], len(ranks), ranks.index(self.rank))
+            cache[ranks] = CclGroupTransport(self, ranks, slot)
+
+    def _make_group(self, ranks):
+        raise TransportError(f"rank {self.rank}: the ccl transport makes its groups collectively, with make_groups "
+                             f"on every rank, before they are used; group {ranks} was not made")
+
+    def _call_returning(self, fn, *args):
+        try:
+            return fn(*args)
+        except self.ccl.CclError as e:
+            raise TransportError(str(e)) from None
+
     def close(self):
+        self._close_groups()  # the groups' own close does nothing: finalize destroys every communicator
         self.ccl.finalize()
+
+
+class CclGroupTransport(CclTransport):
+    """The ccl transport over a group of the job's ranks (``CclTransport.make_groups``): the group's
+    oneCCL communicator (its ``slot`` in the binding); ``rank`` and ``size`` within the group."""
+
+    def __init__(self, parent: CclTransport, ranks: tuple[int, ...], slot: int):  # no connect: joined already
+        self.ccl, self.parent, self.ranks, self.slot = parent.ccl, parent, ranks, slot
+        self.rank, self.size = ranks.index(parent.rank), len(ranks)
+
+    def allreduce(self, array, reduction="sum", name="", bfloat16=False):
+        self.check_reduction(reduction)
+        array = np.ascontiguousarray(array)
+        out = np.empty_like(array)
+        base = "sum" if reduction == "avg" else reduction
+        try:
+            self.ccl.allreduce(array, out, _np_dtype_name(array, bfloat16), base, self.slot)
+        except self.ccl.CclError as e:
+            raise TransportError(f"{e} (group {self.ranks}, tensor '{name}', {array.size} elements)") from None
+        return _average(out, self.size, bfloat16) if reduction == "avg" else out
+
+    def broadcast(self, array, root=0):
+        view = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        self._call(self.ccl.broadcast, view, "uint8", root, self.slot)
+        if view.base is not None and not np.shares_memory(view, array):
+            array[...] = view.view(array.dtype).reshape(array.shape)
+        return array
+
+    def allgather(self, array):
+        array = np.ascontiguousarray(array)
+        out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
+        self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8",
+                   self.slot)
+        return out
+
+    def reduce_scatter(self, array, reduction="sum"):
+        self.check_reduction(reduction)
+        array = np.ascontiguousarray(array)
+        if array.shape[0] % self.size:
+            return Transport.reduce_scatter(self, array, reduction)
+        out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
+        base = "sum" if reduction == "avg" else reduction
+        self._call(self.ccl.reduce_scatter, array, out, _np_dtype_name(array, False), base, self.slot)
+        return _average(out, self.size, False) if reduction == "avg" else out
+
+    def send(self, array, peer, tag=0):
+        raise TransportError(f"group {self.ranks}: point-to-point messages go over the job's transport")
+
+    recv = send
+
+    def barrier(self):
+        self.allreduce(np.zeros(1, dtype=np.int32), "sum", name="barrier")
+
+    def native_link(self):
+        return None  # the CPU backend reaches a group through this object (its fallback)
+
+    def make_groups(self, groups) -> None:
+        raise TransportError(f"group {self.ranks}: groups are made from the job's transport")
+
+    def end_job(self):
+        self.parent.end_job()
+
+    def close(self):
+        pass  # the parent's finalize destroys every communicator
+
+    def __repr__(self):
+        return f"<CCL transport group {self.ranks}: rank {self.rank} of {self.size}>"
 
 
 def _build(info, timeout_s: float | None) -> CclTransport:

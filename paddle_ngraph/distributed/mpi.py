@@ -89,6 +89,7 @@ class MpiTransport(Transport):
         self._half_ops = {}
         self.topology: NodeTopology | None = None
         self.hierarchical = False  # set by set_hierarchical; flat MPI_Allreduce until then
+        self._group_native = None  # native_group_link's duplicate of comm
 
     def set_hierarchical(self, mode: str = "auto") -> bool:
         """Chooses flat or hierarchical allreduce; collective (every rank calls it). ``auto``: hierarchical
@@ -108,6 +109,25 @@ class MpiTransport(Transport):
                      "hierarchical" if self.hierarchical else "flat", mode, self.topology.nodes,
                      "/".join(map(str, self.topology.node_sizes)))
         return self.hierarchical
+
+    def native_group_link(self) -> NativeLink:
+        """Collectives named by a group of these ranks from C++ (flat MPI), on a duplicate of this
+        communicator made on first use: collective over its ranks, which link their executables at
+        the same step (their first call), groups in the order of ``make_groups``."""
+        if self._group_native is None:
+            self._group_native = self.comm.Dup()
+        return NativeLink("mpi-group", (self.MPI._handleof(self._group_native),))
+
+    def _make_group(self, ranks):
+        """A communicator of ``ranks`` by MPI_Comm_create_group: collective over those ranks only,
+        so each group is made by its members alone (tagged by its first rank, so that groups made
+        at the same time by different members never match each other's messages)."""
+        try:
+            comm = self.comm.Create_group(self.comm.Get_group().Incl(list(ranks)), tag=ranks[0])
+        except self.MPI.Exception as e:
+            raise TransportError(f"rank {self.rank}: making the communicator of group {ranks} failed: "
+                                 f"{e.Get_error_string()}") from None
+        return MpiGroupTransport(comm, ranks, self)
 
     def native_link(self) -> NativeLink:
         """The CPU backend's own MPI communicator (native/cpu/src/mpi_communicator.cc), hierarchical
@@ -240,6 +260,10 @@ class MpiTransport(Transport):
         self.comm.Abort(1)
 
     def close(self):
+        self._close_groups()
+        if self._group_native is not None:
+            self._group_native.Free()
+            self._group_native = None
         for op in self._half_ops.values():
             op.Free()
         self._half_ops.clear()
@@ -247,6 +271,37 @@ class MpiTransport(Transport):
             self.topology.free()
             self.topology = None
             self.hierarchical = False
+
+
+class MpiGroupTransport(MpiTransport):
+    """The MPI transport over a group of the job's ranks (``Transport.group``): its own communicator,
+    flat collectives; its ``rank`` and ``size`` are within the group, ``ranks`` the global ones."""
+
+    def __init__(self, comm, ranks: tuple[int, ...], parent: MpiTransport):
+        super().__init__(comm)
+        self.ranks = ranks
+        self.parent = parent
+
+    def set_hierarchical(self, mode: str = "auto") -> bool:
+        return False
+
+    def native_link(self):
+        return None  # the job's transport links the executor; this group: native_group_link
+
+    def group(self, ranks):
+        raise TransportError(f"group {self.ranks}: groups are made from the job's transport")
+
+    def end_job(self):
+        self.parent.end_job()
+
+    def close(self):
+        super().close()
+        if self.comm is not None:
+            self.comm.Free()
+            self.comm = None
+
+    def __repr__(self):
+        return f"<MPI transport group {self.ranks}: rank {self.rank} of {self.size}>"
 
 
 def node_key(MPI) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TransportError
+from ..ir.groups import check_group
 from ..ir.ops.collective import REDUCTIONS
 from .registry import TransportSpec, register_transport
 
@@ -39,7 +40,8 @@ class NativeLink:
 
     # "mpi": the executor's own MPI communicator; ``handles``: (node communicator, leaders
     # communicator) as integers, (0, 0) for flat. "functions": C functions of the pdng_ccl ABI;
-    # ``handles``: (address of the allreduce, address of the last-error function).
+    # ``handles``: (address of the allreduce, address of the last-error function). "mpi-group": a
+    # group's (``Transport.group``) flat MPI communicator; ``handles``: (its MPI_Comm as an integer,).
     kind: str
     handles: tuple[int, ...] = ()
 
@@ -52,6 +54,7 @@ class Transport:
     # node (native/cpu/src/node_allreduce.cc; config key shm_allreduce, set at transpile). Used only
     # where every rank can map the others' memory, and only if every rank allows it.
     shared_memory = True
+    _groups: dict | None = None  # Transport.group's, made on first use
 
     # --- the primitives each transport provides -------------------------------------------
     def allreduce(self, array: np.ndarray, reduction: str = "sum", name: str = "", bfloat16: bool = False) -> np.ndarray:
@@ -128,9 +131,62 @@ class Transport:
         if reduction not in REDUCTIONS:
             raise TransportError(f"rank {self.rank}: unknown reduction '{reduction}'; valid: {', '.join(REDUCTIONS)}")
 
+    # --- groups ---------------------------------------------------------------------------------
+    def group(self, ranks) -> "Transport":
+        """The transport among ``ranks`` (global ranks in increasing order; empty: every rank):
+        rank and size within the group, the same collectives. Made on first use by the group's
+        ranks only, and kept; ranks that use several groups must make them in the same order
+        (``make_groups`` does, in the order of their rank tuples)."""
+        ranks = self._checked_group(ranks)
+        if not ranks or len(ranks) == self.size:
+            return self
+        cache = self._group_cache()
+        if ranks not in cache:
+            cache[ranks] = self._make_group(ranks)
+        return cache[ranks]
+
+    def make_groups(self, groups) -> None:
+        """Makes every group of ``groups`` this rank is in now, in one order every rank agrees on
+        (the groups' rank tuples sorted), so that no two ranks wait for each other in different
+        groups. Every rank of the job calls it (with its own groups): a transport may need them all
+        (oneCCL's stores travel over the job's transport)."""
+        for ranks in sorted({self._checked_group(g) for g in groups}):
+            if ranks and self.rank in ranks:
+                self.group(ranks)
+
+    def _group_cache(self) -> dict:
+        """This transport's groups by their rank tuples (the subclasses keep no __init__ of ours)."""
+        if self._groups is None:
+            self._groups = {}
+        return self._groups
+
+    def _close_groups(self):
+        for group in (self._groups or {}).values():
+            group.close()
+        self._groups = None
+
+    def _checked_group(self, ranks) -> tuple[int, ...]:
+        try:
+            ranks = check_group(ranks, self.size)
+        except ValueError as e:
+            raise TransportError(f"rank {self.rank}: {e}") from None
+        if ranks and self.rank not in ranks:
+            raise TransportError(f"rank {self.rank}: a collective over group {ranks}, which does not include "
+                                 f"this rank")
+        return ranks
+
+    def _make_group(self, ranks: tuple[int, ...]) -> "Transport":
+        raise TransportError(f"rank {self.rank}: the {self.name} transport has no groups of ranks (group {ranks})")
+
     def native_link(self) -> NativeLink | None:
         """How the CPU backend may reduce from C++ over this transport; None: only through this
         Python object (the backend calls its collectives on the communication thread)."""
+        return None
+
+    def native_group_link(self) -> NativeLink | None:
+        """How the CPU backend may run, from C++, collectives named by a group whose transport this
+        is (``group(ranks)``; also the job's transport for a group of every rank); None: through
+        this Python object."""
         return None
 
     def close(self):

@@ -570,3 +570,6 @@ def check_options(config: dict):
     if config.sync_batch_norm:
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")
+    if config.mp_degree != 1:
+        raise ConfigError("mp_degree: tensor parallelism runs in static legacy programs only so far "
+                          "(docs/model-parallel.md); in dygraph mp_degree must be 1")

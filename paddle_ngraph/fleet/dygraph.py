@@ -35,7 +35,7 @@ def check_dygraph(fleet_obj, strategy) -> dict:
     if not fleet_obj._is_collective:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
-    check_strategy(strategy)
+    check_strategy(strategy, dygraph=True)
     inner = [f"strategy.{name}" for name in ("lars", "lamb") if features.enabled(strategy, name)]
     if inner:
         raise ConfigError(f"{', '.join(inner)} in dygraph mode: the optimizer is yours and runs in Paddle; use "

@@ -10,7 +10,9 @@ each feature is either mapped onto what the engine does, with Paddle's semantics
   stage 1 -> ``zero_stage`` 1; ``fp16_allreduce`` -> ``compress: fp16``; ``sync_batch_norm``
   -> ``sync_batch_norm``; ``recompute`` -> ``recompute_checkpoints``; ``localsgd`` and
   ``adaptive_localsgd`` -> ``localsgd_k_steps``, ``localsgd_begin_step``, ``localsgd_adaptive``; ``amp`` with
-  ``amp_configs['use_pure_bf16']`` -> ``precision: bf16`` (``amp`` in float16 is refused). Keys set in
+  ``amp_configs['use_pure_bf16']`` -> ``precision: bf16`` (``amp`` in float16 is refused);
+  ``tensor_parallel`` (``tensor_parallel_degree``) or ``hybrid_configs['mp_degree']`` -> ``mp_degree``
+  (static programs only: docs/model-parallel.md). Keys set in
   ``strategy.ngraph_configs`` win over these (logged once).
 - the inner optimizer, as Paddle's ``LarsOptimizer``/``LambOptimizer`` meta optimizers build
   it: ``lars`` turns Momentum into ``LarsMomentumOptimizer``, ``lamb`` turns Adam into ``Lamb``.
@@ -40,7 +42,7 @@ FEATURES: dict[str, str | None] = {
     "amp": None,  # bf16 (amp_configs use_pure_bf16) maps onto precision: bf16 (amp_config); float16 is refused
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
     "pipeline": "pipeline parallelism: paddle_ngraph runs data parallelism",
-    "tensor_parallel": "tensor parallelism: paddle_ngraph runs data parallelism",
+    "tensor_parallel": None,  # mp_degree, for static programs (tensor_parallel_config); refused in dygraph
     "asp": "sparsity (ASP) is for GPUs",
     "qat": "quantization-aware training is not available on the engine",
     "elastic": "elastic training is not available with strategy.ngraph",
@@ -54,7 +56,8 @@ FEATURES: dict[str, str | None] = {
 ABSORBED = {"GradientMergeOptimizer": "gradient_merge", "ShardingOptimizer": "sharding",
             "FP16AllReduceOptimizer": "fp16_allreduce", "LarsOptimizer": "lars", "LambOptimizer": "lamb",
             "RecomputeOptimizer": "recompute", "LocalSGDOptimizer": "localsgd",
-            "AdaptiveLocalSGDOptimizer": "adaptive_localsgd", "AMPOptimizer": "amp"}
+            "AdaptiveLocalSGDOptimizer": "adaptive_localsgd", "AMPOptimizer": "amp",
+            "TensorParallelOptimizer": "tensor_parallel"}
 HYBRID_DEGREES = ("mp_degree", "pp_degree", "dp_degree")
 _SAID: set = set()  # conflicts already logged
 
@@ -128,7 +131,34 @@ def config_overrides(strategy) -> dict:
         overrides.update(recompute_overrides(strategy.recompute_configs))
     overrides.update(localsgd_config(strategy))
     overrides.update(amp_config(strategy))
+    overrides.update(tensor_parallel_config(strategy))
     return overrides
+
+
+def _hybrid_mp_degree(strategy) -> int:
+    try:
+        degree = dict(strategy.hybrid_configs).get("mp_degree", 1)
+    except Exception:  # pragma: no cover - a Paddle without hybrid_configs
+        return 1
+    return int(degree) if isinstance(degree, int) else 1
+
+
+def tensor_parallel_config(strategy) -> dict:
+    """``mp_degree`` from ``strategy.tensor_parallel`` with ``tensor_parallel_configs
+    ['tensor_parallel_degree']`` (what Paddle's static TensorParallelOptimizer reads), or from
+    ``hybrid_configs['mp_degree']``; both set, they must agree. Empty when neither is on."""
+    degrees = {}
+    if enabled(strategy, "tensor_parallel"):
+        degrees["tensor_parallel_configs['tensor_parallel_degree']"] = int(
+            dict(strategy.tensor_parallel_configs).get("tensor_parallel_degree", 1))
+    if _hybrid_mp_degree(strategy) > 1:
+        degrees["hybrid_configs['mp_degree']"] = _hybrid_mp_degree(strategy)
+    if len(set(degrees.values())) > 1:
+        raise ConfigError(f"strategy {' and '.join(f'{k}={v}' for k, v in degrees.items())} disagree; set one "
+                          f"model-parallel degree")
+    if not degrees or max(degrees.values()) <= 1:
+        return {}
+    return {"mp_degree": max(degrees.values())}
 
 
 def localsgd_config(strategy) -> dict:
@@ -218,24 +248,28 @@ def lamb_from(opt, configs):
         exclude_from_weight_decay_fn=exclude_fn if excluded else None, name=opt._name)
 
 
-# Degrees of Paddle's dygraph hybrid parallelism (hybrid_configs): paddle_ngraph runs data parallelism.
-UNSUPPORTED_DEGREES = ("mp_degree", "pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
+# Degrees of Paddle's hybrid parallelism (hybrid_configs) the engine does not run; mp_degree only in
+# static programs (tensor parallelism of paddle.distributed.split, docs/model-parallel.md).
+UNSUPPORTED_DEGREES = ("pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
 
 
-def unsupported_features(strategy) -> list[str]:
+def unsupported_features(strategy, dygraph: bool = False) -> list[str]:
     found = refused(strategy)
     try:
         hybrid = strategy.hybrid_configs
-        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
+        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES + ("mp_degree",) * dygraph
                   if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
     except Exception:  # pragma: no cover - a Paddle without these configs
         pass
+    if dygraph and enabled(strategy, "tensor_parallel"):
+        found.append("strategy.tensor_parallel (tensor parallelism runs in static legacy programs only so far: "
+                     "docs/model-parallel.md)")
     return found
 
 
-def check_strategy(strategy) -> None:
-    found = unsupported_features(strategy)
+def check_strategy(strategy, dygraph: bool = False) -> None:
+    found = unsupported_features(strategy, dygraph)
     if found:
         raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
                           f"strategy.ngraph off (README: \"Paddle's strategy features\")")

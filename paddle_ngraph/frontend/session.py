@@ -12,6 +12,7 @@ from collections import Counter
 
 from ..errors import ConversionError, UnsupportedOpsError, ValidationError
 from ..ir import Function, Output
+from ..ir.groups import RankLayout
 from ..ir.ops import Parameter
 from ..ir.roles import Role, fetch_result, state_result
 from .node_context import NodeContext
@@ -34,12 +35,18 @@ def find_unsupported(view: ProgramView, ops=None) -> list[dict]:
 class ConversionSession:
     """``sync_batch_norm``: every training-mode batch norm takes its statistics over the batch of
     all ranks (converters/norm.py); ``nranks``: the ranks the function will run on (Paddle's own
-    sync_batch_norm does so when there are several)."""
+    sync_batch_norm does so when there are several); ``layout``: this rank's place among them
+    (model parallelism; the groups of the ring ids of tensor-parallel ops, converters/collective.py),
+    by default one data-parallel group of ``nranks``."""
 
-    def __init__(self, view: ProgramView, sync_batch_norm: bool = False, nranks: int = 1):
+    def __init__(self, view: ProgramView, sync_batch_norm: bool = False, nranks: int = 1,
+                 layout: RankLayout | None = None):
         self.view = view
         self.sync_batch_norm = bool(sync_batch_norm)
         self.nranks = int(nranks)
+        self.layout = layout or RankLayout(self.nranks)
+        if self.layout.nranks != self.nranks:
+            raise ValueError(f"layout of {self.layout.nranks} ranks for a session of {self.nranks}")
         self.env: dict[str, Output] = {}
         self.parameters: list[Parameter] = []
         self.initial: dict[str, Parameter] = {}

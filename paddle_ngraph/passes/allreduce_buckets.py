@@ -55,15 +55,16 @@ def dtype_groups(values: Sequence[Output]) -> list[list[int]]:
 
 
 def emit_allreduce(values: Sequence[Output], groups: list[list[int]], reduction: str, compress: str,
-                   names: Callable[[int], tuple[str, str]]) -> list[Output]:
+                   names: Callable[[int], tuple[str, str]], ranks=()) -> list[Output]:
     """One AllReduce per group of ``values`` (indices, as ``plan_buckets`` returns them), compressed
-    where ``compression_for`` allows; ``names(i)`` gives bucket i's (bucket attribute, node name).
+    where ``compression_for`` allows; ``names(i)`` gives bucket i's (bucket attribute, node name);
+    ``ranks``: the group of ranks the AllReduces run over (ir/groups.py; ``()``: every rank).
     Returns the reduced value of each of ``values``, in their order."""
     reduced: list = [None] * len(values)
     for i, group in enumerate(groups):
         members = [values[k] for k in group]
         bucket, node_name = names(i)
-        node = AllReduce(*members, reduction=reduction, bucket=bucket, name=node_name,
+        node = AllReduce(*members, reduction=reduction, bucket=bucket, name=node_name, group=tuple(ranks),
                          compress=compression_for(members[0].dtype, reduction, compress))
         for j, k in enumerate(group):
             reduced[k] = node.output(j)
@@ -74,9 +75,9 @@ def allreduce_in_buckets(values: Sequence[Output], reduction: str, compress: str
                          bucket_bytes: int = 32 << 20, min_buckets: int = 1,
                          names: Callable[[int], tuple[str, str]] = lambda i: (f"grad_bucket_{i}",
                                                                               f"allreduce_bucket_{i}"),
-                         ) -> tuple[list[Output], list[list[int]], int]:
+                         ranks=()) -> tuple[list[Output], list[list[int]], int]:
     """``values`` (in ready order) reduced by bucketed AllReduce: ``plan_value_buckets``, then
     ``emit_allreduce``. Returns the reduced values (in the order of ``values``), the buckets
     (indices into ``values``) and the bucket size used."""
     groups, cap = plan_value_buckets(values, bucket_bytes, min_buckets)
-    return emit_allreduce(values, groups, reduction, compress, names), groups, cap
+    return emit_allreduce(values, groups, reduction, compress, names, ranks), groups, cap

@@ -38,13 +38,14 @@ class InsertAllReduce(FunctionPass):
     name = "insert_allreduce"
 
     def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=(),
-                 min_buckets: int = 1, compress: str = "none", raw_gradients=None):
+                 min_buckets: int = 1, compress: str = "none", raw_gradients=None, group=()):
         if compress not in COMPRESSIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' is not one of {', '.join(COMPRESSIONS)}")
         if compress != "none" and reduction not in COMPRESSIBLE_REDUCTIONS:
             raise ConfigError(f"insert_allreduce: compress '{compress}' needs reduction sum or avg, not '{reduction}'")
         self.compress = compress
         self.nranks = nranks
+        self.group = tuple(group)  # the ranks averaged over (ir/groups.py): () every rank
         self.bucket_bytes = bucket_bytes
         self.min_buckets = max(1, int(min_buckets))
         self.reduction = reduction
@@ -71,7 +72,7 @@ class InsertAllReduce(FunctionPass):
         updates.sort(key=lambda n: (gradient(n).node.id, n.inputs[n.param_input].node.name))
         grads = [gradient(u) for u in updates]
         reduced, groups, self.effective_bucket_bytes = allreduce_in_buckets(
-            grads, self.reduction, self.compress, self.bucket_bytes, self.min_buckets)
+            grads, self.reduction, self.compress, self.bucket_bytes, self.min_buckets, ranks=self.group)
         replaced = {}
         for update, grad, mean in zip(updates, grads, reduced):
             if grad is update.inputs[update.grad_input]:
@@ -100,7 +101,8 @@ def average_gradient_results(function: Function, names: list[str], bucket_bytes:
     return Function(function.parameters, results, name=function.name)
 
 
-def average_results(function: Function, names: list[str], reduction: str = "avg", compress: str = "none") -> Function:
+def average_results(function: Function, names: list[str], reduction: str = "avg", compress: str = "none",
+                    group=()) -> Function:
     """The function with the results ``fetch:<name>`` (gradients that an optimizer update left to
     Paddle reads) passed through one AllReduce per dtype: with the fallback, the update is not
     in the function, so ``InsertAllReduce`` cannot find the gradient from it."""
@@ -111,7 +113,7 @@ def average_results(function: Function, names: list[str], reduction: str = "avg"
     values = [results[k] for k in keys]
     fallback = f"{function.name}_fallback_grads"
     reduced = emit_allreduce(values, dtype_groups(values), reduction, compress,
-                             lambda i: (f"{fallback}_{i}", f"allreduce_{fallback}_{i}"))
+                             lambda i: (f"{fallback}_{i}", f"allreduce_{fallback}_{i}"), ranks=group)
     results.update(zip(keys, reduced))
     # A persistable gradient (GradientMergeOptimizer's sum of gradients) is also written back to its
     # variable as state: the same variable Paddle reads, so it gets the average too.

@@ -48,7 +48,9 @@ class Facts:
     (a dygraph backward's), averaged in buckets; ``raw_gradients``: parameter -> the IR value of its
     gradient before clipping; ``skip_params``: parameters not averaged (Paddle's ``is_distributed``);
     ``recompute``: the checkpoint values and the ids of the forward nodes; ``loss``: returns the
-    loss value (adaptive local SGD reads it; called only then)."""
+    loss value (adaptive local SGD reads it; called only then); ``dp_group``: the ranks over which
+    gradients are averaged (ir/groups.py; ``()``: every rank), this rank's data-parallel group
+    under model parallelism (``config.mp_degree``)."""
 
     averaged_results: list = field(default_factory=list)
     gradient_results: list = field(default_factory=list)
@@ -56,6 +58,7 @@ class Facts:
     skip_params: set = field(default_factory=set)
     recompute: tuple[list[Output], set[int]] | None = None
     loss: Callable[[], Output] | None = None
+    dp_group: tuple = ()
 
 
 # --- the passes that wrap a function builder ------------------------------------------------------
@@ -63,11 +66,12 @@ class AverageResults(FunctionPass):
     """One AllReduce per dtype over the named results (gradients an update left to Paddle reads)."""
     name = "average_results"
 
-    def __init__(self, names, reduction: str, compress: str):
-        self.names, self.reduction, self.compress = list(names), reduction, compress
+    def __init__(self, names, reduction: str, compress: str, group=()):
+        self.names, self.reduction, self.compress, self.group = list(names), reduction, compress, tuple(group)
 
     def run(self, function: Function) -> bool:
-        return replace_graph(function, average_results(function, self.names, self.reduction, self.compress))
+        return replace_graph(function, average_results(function, self.names, self.reduction, self.compress,
+                                                       self.group))
 
 
 class AverageGradientResults(FunctionPass):
@@ -153,8 +157,10 @@ class BuildAccumulate(FunctionPass):
 # --- the pipeline ---------------------------------------------------------------------------------
 def build_passes(config, nranks: int, facts: Facts | None = None) -> list[FunctionPass]:
     """The passes for a function that ``nranks`` ranks run under ``config`` (a ``Config``, read by
-    attribute). A pass that would change nothing is not in the list."""
+    attribute). A pass that would change nothing is not in the list. Gradients are averaged over
+    the data-parallel group (``facts.dp_group``): ``nranks // config.mp_degree`` ranks."""
     facts = facts or Facts()
+    nranks = _data_parallel_ranks(config, nranks)
     bucket_bytes = int(config.bucket_mb * (1 << 20))
     passes: list[FunctionPass] = []
     if config.precision != "fp32":
@@ -162,7 +168,7 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
     if facts.recompute is not None and facts.recompute[0]:
         passes.append(Recompute(*facts.recompute))
     if facts.averaged_results and nranks > 1:
-        passes.append(AverageResults(facts.averaged_results, config.reduction, config.compress))
+        passes.append(AverageResults(facts.averaged_results, config.reduction, config.compress, facts.dp_group))
     if facts.gradient_results and nranks > 1:
         passes.append(AverageGradientResults(facts.gradient_results, bucket_bytes, config.min_buckets,
                                              config.reduction, config.compress))
@@ -185,10 +191,19 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
                        min_buckets=config.min_buckets)
         if config.zero_stage == 1:
             passes.append(ShardOptimizer(nranks, **buckets))
-        passes.append(InsertAllReduce(nranks, compress=config.compress, raw_gradients=facts.raw_gradients, **buckets))
+        passes.append(InsertAllReduce(nranks, compress=config.compress, raw_gradients=facts.raw_gradients,
+                                      group=facts.dp_group, **buckets))
     if split is not None:
         passes.append(BuildAccumulate(split))
     return passes
+
+
+def _data_parallel_ranks(config, nranks: int) -> int:
+    """The ranks of one data-parallel group: ``nranks`` without model parallelism."""
+    mp_degree = int(getattr(config, "mp_degree", 1))
+    if nranks % mp_degree:
+        raise ConfigError(f"mp_degree {mp_degree} does not divide the number of ranks {nranks}")
+    return nranks // mp_degree
 
 
 def _no_loss():

@@ -17,6 +17,7 @@ from ..backends import backend_for
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, UnsupportedOpsError
 from ..frontend import FORWARD, decode, find_unsupported
+from ..ir.groups import RankLayout
 from ..ir.roles import Role, written_back
 from . import engine_op, originals
 from .engine import Engine, SegmentLinks, engines
@@ -82,7 +83,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     # With fallback=False a converter's refusal is raised by the conversion below, naming the op.
     compiler = backend_for(config)
     transport = resolve_transport(transport, nranks, config.transport, config.timeout_s)
-    plan, converted = plan_program(view, config, transport.size, compiler, fetch_list)
+    plan, converted = plan_program(view, config, transport.size, compiler, fetch_list, rank=transport.rank)
     _check_plan(view, plan, config, transport.size)
     timeline = timeline_from_env(transport.rank, transport.size)
     if transport.size > 1:
@@ -157,6 +158,10 @@ def _start_paddle_state_equal(view, plan, engines, transport):
     names = sorted(n for n, v in view.vars.items()
                    if v.persistable and (v.is_parameter or _is_optimizer_state(n, view))
                    and (n in by_paddle or n not in read))
+    if names and any(e.replicas is not None for e in engines):
+        raise ConfigError(f"mp_degree > 1 (tensor parallelism) with parameters that ops left to Paddle read "
+                          f"({', '.join(names)}): their start values cannot be made equal per group yet; run "
+                          f"with fallback=False to see the ops the engine does not convert")
     if names:
         from ..distributed import broadcast_scope_variables
 
@@ -196,7 +201,8 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
     """Lowers one segment (conversion and passes), compiles its functions and registers its engine."""
     from ..distributed import initial_sync
 
-    lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints, converted).lowered
+    lowered = lower_segment(view, plan, seg, config, transport.size, unmade, checkpoints, converted,
+                            rank=transport.rank).lowered
     function = lowered.function
     compile_ = lambda f: compiler.compile(f, inplace_results=written_back(f))  # noqa: E731
     sharded = None
@@ -214,12 +220,25 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
                     timeline=timeline, links=links)
     engine.recomputed = lowered.recomputed
     engine.plan, engine.segment = plan, seg  # the plan transpile executed: what runs here, what Paddle runs
+    engine.replicas = _replica_groups(view, config, transport)
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
                  len(engine.recomputed))
     engine_op.set_output_meta(engine.id, engine.output_codes, engine.output_shapes())
     _bridge.register_engine(engine.id, engine)
     return engine
+
+
+def _replica_groups(view, config, transport):
+    """Under model parallelism, the groups among which the engine's values start equal
+    (``initial_sync``); None without it (every rank starts from rank 0's)."""
+    if config.mp_degree == 1:
+        return None
+    from ..distributed import ReplicaGroups
+
+    layout = RankLayout(transport.size, transport.rank, config.mp_degree)
+    return ReplicaGroups(layout.dp_group(), layout.mp_group(),
+                         frozenset(n for n, v in view.vars.items() if v.is_distributed))
 
 
 def _schedule(lowered, config, compile_, fetch_names) -> Schedule:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError, ConversionError
 from ..frontend import FORWARD, ConversionSession, loss_name
 from ..ir import Function
+from ..ir.groups import RankLayout
 from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
 from .gradients import raw_gradients
 from .segments import Plan, Segment, plan_segments, refused_by_converters
@@ -41,11 +42,14 @@ class ConvertedSegment:
     facts: Facts
 
 
-def new_session(view, config, nranks: int) -> ConversionSession:
-    return ConversionSession(view, sync_batch_norm=config.sync_batch_norm and nranks > 1, nranks=nranks)
+def new_session(view, config, nranks: int, rank: int = 0) -> ConversionSession:
+    """``rank``: this rank, which decides its model-parallel groups (``config.mp_degree``)."""
+    return ConversionSession(view, sync_batch_norm=config.sync_batch_norm and nranks > 1, nranks=nranks,
+                             layout=RankLayout(nranks, rank, config.mp_degree))
 
 
-def plan_program(view, config, nranks: int, backend, fetch_list=()) -> tuple[Plan, ConversionSession | None]:
+def plan_program(view, config, nranks: int, backend, fetch_list=(), rank: int = 0
+                 ) -> tuple[Plan, ConversionSession | None]:
     """The segment plan of block 0, converting the program once.
 
     The plan is first cut as if every converter accepted its op; with ``fallback`` the program is
@@ -57,7 +61,7 @@ def plan_program(view, config, nranks: int, backend, fetch_list=()) -> tuple[Pla
     plan = plan_segments(view, fetch_list)
     if not config.fallback:
         return plan, None
-    session = new_session(view, config, nranks)
+    session = new_session(view, config, nranks, rank)
     whole = len(plan.segments) == 1 and not plan.fallback
     if whole:
         for name in plan.segments[0].inputs:
@@ -69,9 +73,10 @@ def plan_program(view, config, nranks: int, backend, fetch_list=()) -> tuple[Pla
 
 
 def lower_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=(),
-                  converted: ConversionSession | None = None, dump_dir: str | None = None) -> LoweredSegment:
+                  converted: ConversionSession | None = None, dump_dir: str | None = None,
+                  rank: int = 0) -> LoweredSegment:
     """Converts one segment and runs the pass pipeline on it (see ``convert_segment``)."""
-    return run_passes(convert_segment(view, plan, seg, config, nranks, unmade, checkpoints, converted), config,
+    return run_passes(convert_segment(view, plan, seg, config, nranks, unmade, checkpoints, converted, rank), config,
                       nranks, dump_dir)
 
 
@@ -84,7 +89,7 @@ def run_passes(converted: ConvertedSegment, config, nranks: int, dump_dir: str |
 
 
 def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade: set, checkpoints=(),
-                    converted: ConversionSession | None = None) -> ConvertedSegment:
+                    converted: ConversionSession | None = None, rank: int = 0) -> ConvertedSegment:
     """Converts one segment's ops into its function. ``unmade``: values earlier segments'
     converters did not make (updated), which are then not handed over. ``converted``: the session
     that converted the whole program as this one segment (``plan_program``), used as it is."""
@@ -93,7 +98,7 @@ def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade:
     seg.handed_in = [n for n in seg.handed_in if n not in unmade]
     session = converted
     if session is None:
-        session = new_session(view, config, nranks)
+        session = new_session(view, config, nranks, rank)
         for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
             session.value(name)
         session.convert_ops(seg.constants + seg.ops)
@@ -106,10 +111,21 @@ def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade:
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=function_name(plan, seg))
     facts = Facts(averaged_results=list(seg.allreduce),
                   raw_gradients=_raw_gradient_values(view, seg, session) if nranks > 1 else {},
-                  skip_params={n for n, v in view.vars.items() if v.is_distributed},
+                  skip_params=_not_averaged(view, config),
+                  dp_group=session.layout.dp_group(),
                   recompute=_recompute_values(seg, session, checkpoints),
                   loss=lambda: _loss_value(view, session))
     return ConvertedSegment(seg, session, function, facts)
+
+
+def _not_averaged(view, config) -> set[str]:
+    """Parameters whose gradients no AllReduce averages. Without model parallelism, Paddle's
+    ``is_distributed`` ones (each rank's own shard). With it (``mp_degree`` > 1) none: every
+    gradient, sharded or not, is averaged over the data-parallel group, the ranks that hold the same
+    shard (as Paddle's TensorParallelOptimizer does over its data-parallel ring)."""
+    if config.mp_degree > 1:
+        return set()
+    return {n for n, v in view.vars.items() if v.is_distributed}
 
 
 def _recompute_values(seg: Segment, session: ConversionSession, checkpoints):

@@ -203,3 +203,9 @@ def test_precision_bf16_marks_the_forward_and_backward_and_trains_close_to_float
     assert backward == ["ConvolutionBackpropFilter", "MatMul", "MatMul"]  # no gradient of the input x
     assert_state_close(reference, model, tol=2e-2)
     assert not np.array_equal(reference.fc.weight.numpy(), model._layers.fc.weight.numpy())
+
+
+def test_tensor_parallelism_is_refused_in_dygraph():
+    """docs/model-parallel.md: the engine runs tensor parallelism in static legacy programs only."""
+    with pytest.raises(paddle_ngraph.ConfigError, match="mp_degree: tensor parallelism runs in static legacy"):
+        paddle_ngraph.DataParallel(TwoOutputs(), mp_degree=2)

@@ -350,8 +350,7 @@ def test_precision_comes_from_the_environment_and_bad_values_are_named(monkeypat
         paddle_ngraph.transpile(paddle.static.Program(), precision=16)
 
 
-@pytest.mark.parametrize("feature,value", [("amp", True), ("pipeline", True), ("dgc", True), ("asp", True),
-                                           ("tensor_parallel", True)])
+@pytest.mark.parametrize("feature,value", [("amp", True), ("pipeline", True), ("dgc", True), ("asp", True)])
 def test_features_it_cannot_honour_are_refused_by_name(static_fleet, feature, value):
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True

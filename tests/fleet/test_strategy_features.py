@@ -135,6 +135,21 @@ def test_unmappable_configs_are_refused(attrs, message):
         features.config_overrides(strategy_with(**attrs))
 
 
+def test_tensor_parallel_degree_maps_onto_mp_degree_in_static_programs_only():
+    tp = strategy_with(tensor_parallel=True, tensor_parallel_configs={"tensor_parallel_degree": 2})
+    assert features.config_overrides(tp) == {"mp_degree": 2}
+    hybrid = strategy_with(hybrid_configs={"mp_degree": 2})
+    assert features.config_overrides(hybrid) == {"mp_degree": 2}
+    assert features.unsupported_features(tp) == [] and features.unsupported_features(hybrid) == []
+    assert any("strategy.tensor_parallel (tensor parallelism runs in static legacy programs only" in f
+               for f in features.unsupported_features(tp, dygraph=True))
+    assert features.unsupported_features(hybrid, dygraph=True) == ["strategy.hybrid_configs['mp_degree']=2"]
+    both = strategy_with(tensor_parallel=True, tensor_parallel_configs={"tensor_parallel_degree": 4},
+                         hybrid_configs={"mp_degree": 2})
+    with pytest.raises(ConfigError, match="disagree"):
+        features.config_overrides(both)
+
+
 def test_refused_features_name_their_reason():
     found = features.refused(strategy_with(amp=True, dgc=True))
     assert any(f.startswith("strategy.amp (mixed precision") for f in found)

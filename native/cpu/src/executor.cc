@@ -137,6 +137,8 @@ int Executor::add_collective_start(const NodeInfo& node, int node_index, const s
   c.reduction = node.attrs.has("reduction") ? node.attrs.get_string("reduction") : "sum";
   c.compress = node.attrs.has("compress") ? node.attrs.get_string("compress") : "none";
   for (const auto& d : node.inputs) c.count += d.numel();
+  if (node.attrs.has("group")) c.group = node.attrs.get_ints("group");
+  c.gathers_other_axis = node.attrs.has("axis") && node.attrs.get_ints("axis").at(0) != 0;
   c.node = node;
   c.node_index = node_index;
   c.in = in;
@@ -340,6 +342,7 @@ double Executor::start_collective(int index, bool tracing) {
   // A lone uncompressed input elsewhere is not copied: the AllReduce reads it in place.
   c.unpacked = nullptr;
   if (c.region >= 0 && c.in.size() == 1 && c.compress == "none" && c.node.op_type == "AllReduce" &&
+      native_communicator(c) != nullptr &&
       resolved_[c.in[0]] != resolved_[c.out[0]]) {
     c.unpacked = resolved_[c.in[0]];
   } else {
@@ -484,49 +487,62 @@ void Executor::comm_loop() {
   }
 }
 
+Communicator* Executor::native_communicator(const Collective& c) const {
+  if (c.group.empty()) return comm_.get();
+  auto found = group_comms_.find(c.group);
+  return found == group_comms_.end() ? nullptr : found->second.get();
+}
+
+void Executor::set_group_communicator(const std::vector<int64_t>& group, std::shared_ptr<Communicator> comm) {
+  PDNG_CHECK(!group.empty(), "a group communicator needs the group's ranks");
+  group_comms_[group] = std::move(comm);
+}
+
 void Executor::run_collective(Collective& c) {
-  // Without a native communicator the fallback (the transport, in Python) reduces: only it knows how
-  // many ranks there are. Taking "no communicator" for one process would skip every packed
-  // AllReduce of a transport without a native link, silently.
-  const bool native = comm_ != nullptr;
-  const bool one_process = native && comm_->size() == 1;
-  if (c.node.op_type == "AllReduce" && c.region >= 0) {
+  Communicator* comm = native_communicator(c);
+  // Without a native communicator (the group's, or the job's for a transport without a native link)
+  // the fallback (the transport, in Python) reduces: only it knows how many ranks there are. Taking
+  // "no communicator" for one process would skip the collective, silently.
+  // Neither a communicator nor a fallback: there is no transport, hence one process.
+  const bool via_fallback = c.gathers_other_axis || (comm == nullptr && fallback_ != nullptr);
+  const bool one_process = comm == nullptr ? fallback_ == nullptr : comm->size() == 1;
+  if (via_fallback) {
+    // Packed into its region by the Start step (never left in place): the fallback below reads it.
+  } else if (c.node.op_type == "AllReduce" && c.region >= 0) {
     const TensorDesc& first = c.node.inputs.at(0);
     if (c.unpacked != nullptr) {
-      if (native && !one_process && comm_->supports_allreduce(first.dtype, c.reduction)) {
-        comm_->allreduce(c.unpacked, resolved_[c.region], c.count, first.dtype, c.reduction);
+      if (!one_process && comm->supports_allreduce(first.dtype, c.reduction)) {
+        comm->allreduce(c.unpacked, resolved_[c.region], c.count, first.dtype, c.reduction);
         return;
       }
       // Everything else reads the packed region.
       std::memcpy(resolved_[c.region], c.unpacked, static_cast<size_t>(c.count) * dtype_size(first.dtype));
     }
     if (one_process) return;  // every reduction over one rank is the identity (avg: sum / 1)
-    if (!native) {
-      // the fallback below
-    } else if (c.compress != "none") {
-      if (first.dtype == DType::Float32 && comm_->supports_compressed_allreduce(c.reduction, c.compress)) {
-        comm_->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
+    if (c.compress != "none") {
+      if (first.dtype == DType::Float32 && comm->supports_compressed_allreduce(c.reduction, c.compress)) {
+        comm->compressed_allreduce(static_cast<float*>(resolved_[c.region]), c.count, c.reduction, c.compress);
         return;
       }
-    } else if (comm_->supports_allreduce(first.dtype, c.reduction)) {
-      comm_->allreduce(resolved_[c.region], c.count, first.dtype, c.reduction);
+    } else if (comm->supports_allreduce(first.dtype, c.reduction)) {
+      comm->allreduce(resolved_[c.region], c.count, first.dtype, c.reduction);
       return;
     }
   }
   const bool sharded = c.node.op_type == "ReduceScatter" || c.node.op_type == "AllGather";
-  if (sharded && native && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
+  if (sharded && !via_fallback && !one_process && c.region < 0 && c.in.size() == 1 && c.out.size() == 1) {
     const TensorDesc& in = c.node.inputs.at(0);
     const std::string& reduction = c.reduction;  // "sum" for AllGather, which has none
-    if (comm_->supports_sharded(in.dtype, reduction)) {
+    if (comm->supports_sharded(in.dtype, reduction)) {
       if (c.node.op_type == "ReduceScatter")
-        comm_->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);
+        comm->reduce_scatter(resolved_[c.in[0]], resolved_[c.out[0]], c.node.outputs.at(0).numel(), in.dtype, reduction);
       else
-        comm_->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
+        comm->allgather(resolved_[c.in[0]], resolved_[c.out[0]], in.numel(), in.dtype);
       return;
     }
     const bool scatter = c.node.op_type == "ReduceScatter";
     const int64_t count = scatter ? c.node.outputs.at(0).numel() : in.numel();
-    if (comm_->sharded_over_node(scatter, resolved_[c.in[0]], resolved_[c.out[0]], count, in.dtype, reduction)) return;
+    if (comm->sharded_over_node(scatter, resolved_[c.in[0]], resolved_[c.out[0]], count, in.dtype, reduction)) return;
   }
   PDNG_CHECK(fallback_ != nullptr, "no communicator can run collective " + c.node.op_type);
   std::vector<void*> in(c.in.size()), out(c.out.size());

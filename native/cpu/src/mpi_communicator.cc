@@ -69,13 +69,14 @@ SharedNodePath& node_path_of_mpi() {
 
 class MpiCommunicator : public Communicator {
  public:
-  // node == MPI_COMM_NULL: flat on MPI_COMM_WORLD (over shared memory, if `shared_memory` and every
-  // rank can map the others'). Otherwise hierarchical over the node's communicator (rank 0 = leader)
-  // and, on leaders, the leaders' communicator.
-  MpiCommunicator(MPI_Comm node, MPI_Comm leaders, bool shared_memory)
-      : node_(node), leaders_(leaders), shared_memory_(shared_memory) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // node == MPI_COMM_NULL: flat on `world` (over shared memory, if `shared_memory`, `world` is
+  // MPI_COMM_WORLD and every rank can map the others'). Otherwise hierarchical over the node's
+  // communicator (rank 0 = leader) and, on leaders, the leaders' communicator. A `world` other than
+  // MPI_COMM_WORLD is a group of the job's ranks (ir/groups.py), always flat MPI.
+  MpiCommunicator(MPI_Comm world, MPI_Comm node, MPI_Comm leaders, bool shared_memory)
+      : world_(world), node_(node), leaders_(leaders), shared_memory_(shared_memory) {
+    MPI_Comm_rank(world_, &rank_);
+    MPI_Comm_size(world_, &size_);
     if (node_ != MPI_COMM_NULL) MPI_Comm_rank(node_, &node_rank_);
     if (leaders_ != MPI_COMM_NULL) MPI_Comm_size(leaders_, &leaders_size_);
   }
@@ -88,9 +89,12 @@ class MpiCommunicator : public Communicator {
     return reduction != "avg" || dtype == DType::Float32 || dtype == DType::Float64;
   }
 
-  bool wants_shared_arena() const override { return shared_memory_ && node_ == MPI_COMM_NULL && size_ > 1; }
+  bool wants_shared_arena() const override {
+    return shared_memory_ && node_ == MPI_COMM_NULL && world_ == MPI_COMM_WORLD && size_ > 1;
+  }
 
   std::string describe() const override {
+    if (world_ != MPI_COMM_WORLD) return "MPI_Allreduce on a group of " + std::to_string(size_) + " ranks";
     if (node_ == MPI_COMM_NULL) return node_path_of_mpi().describe("MPI_Allreduce on MPI_COMM_WORLD");
     int node_size = 0;
     MPI_Comm_size(node_, &node_size);
@@ -127,7 +131,7 @@ class MpiCommunicator : public Communicator {
       in_blocks(segment, [&](int64_t b, int64_t e) { encode_half(x + b, send + b, e - b, format); });
       std::fill(send + segment, send + chunk * n, uint16_t{0});  // the padding encodes 0.0
       check(MPI_Alltoall(send, static_cast<int>(chunk), MPI_UINT16_T, recv_.data(), static_cast<int>(chunk),
-                         MPI_UINT16_T, MPI_COMM_WORLD), ("MPI_Alltoall of the " + compress + " AllReduce").c_str(), rank_, count,
+                         MPI_UINT16_T, world_), ("MPI_Alltoall of the " + compress + " AllReduce").c_str(), rank_, count,
             DType::Float32);
       const float divisor = static_cast<float>(n);
       const bool avg = reduction == "avg";
@@ -139,7 +143,7 @@ class MpiCommunicator : public Communicator {
         encode_half(sum + b, mine + b, e - b, format);
       });
       check(MPI_Allgather(mine, static_cast<int>(chunk), MPI_UINT16_T, send, static_cast<int>(chunk), MPI_UINT16_T,
-                          MPI_COMM_WORLD), ("MPI_Allgather of the " + compress + " AllReduce").c_str(), rank_, count,
+                          world_), ("MPI_Allgather of the " + compress + " AllReduce").c_str(), rank_, count,
             DType::Float32);
       in_blocks(segment, [&](int64_t b, int64_t e) { decode_half(send + b, x + b, e - b, format); });
     }
@@ -165,7 +169,7 @@ class MpiCommunicator : public Communicator {
     NodeAllreduce* path = node_path(dtype, reduction);
     if (path != nullptr && path->reduce_scatter(in, out, count, dtype, reduction)) return;
     PDNG_CHECK(count <= INT32_MAX, "reduce_scatter of more than 2^31 elements per rank");
-    check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
+    check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mpi_op(reduction), world_),
           "MPI_Reduce_scatter_block", rank_, count * size_, dtype);
     if (reduction == "avg") {
       if (dtype == DType::Float32) divide<float>(out, count, size_);
@@ -178,14 +182,15 @@ class MpiCommunicator : public Communicator {
     if (path != nullptr && path->allgather(in, out, count, dtype)) return;
     PDNG_CHECK(count <= INT32_MAX, "allgather of more than 2^31 elements per rank");
     check(MPI_Allgather(in, static_cast<int>(count), mpi_type(dtype), out, static_cast<int>(count), mpi_type(dtype),
-                        MPI_COMM_WORLD),
+                        world_),
           "MPI_Allgather", rank_, count, dtype);
   }
 
  private:
   // The process's shared-memory path, if flat, usable and able to reduce this; set up on first use.
   NodeAllreduce* node_path(DType dtype, const std::string& reduction) {
-    if (node_ != MPI_COMM_NULL) return nullptr;
+    // The shared-memory path is the process's, among every rank of the job: not a group's.
+    if (node_ != MPI_COMM_NULL || world_ != MPI_COMM_WORLD) return nullptr;
     auto gather = [](const void* mine, void* all, int bytes) {
       const int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, MPI_COMM_WORLD);
       PDNG_CHECK(rc == MPI_SUCCESS, "MPI_Allgather while setting up the shared-memory AllReduce failed");
@@ -214,7 +219,7 @@ class MpiCommunicator : public Communicator {
       char* part = bytes + done * dtype_size(dtype);
       const void* send = in ? static_cast<const void*>(in_bytes + done * dtype_size(dtype)) : MPI_IN_PLACE;
       if (node_ == MPI_COMM_NULL) {
-        check(MPI_Allreduce(send, part, n, mpi_type(dtype), mpi_op(reduction), MPI_COMM_WORLD),
+        check(MPI_Allreduce(send, part, n, mpi_type(dtype), mpi_op(reduction), world_),
               "MPI_Allreduce", rank_, count, dtype);
       } else {
         hierarchical(part, n, dtype, reduction, count);
@@ -242,7 +247,7 @@ class MpiCommunicator : public Communicator {
     check(MPI_Bcast(part, n, type, 0, node_), "MPI_Bcast (node)", rank_, count, dtype);
   }
 
-  MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  MPI_Comm world_ = MPI_COMM_WORLD, node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
   bool shared_memory_ = false;
   int rank_ = 0, size_ = 1, node_rank_ = 0, leaders_size_ = 0;
   // Scratch of the compressed AllReduce, reused: only the communication thread calls it.
@@ -254,7 +259,8 @@ class MpiCommunicator : public Communicator {
 
 bool mpi_available() { return true; }
 
-std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm, bool shared_memory) {
+namespace {
+void check_mpi_ready() {
   int initialized = 0, finalized = 0, level = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -263,11 +269,23 @@ std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr
   PDNG_CHECK(level >= MPI_THREAD_SERIALIZED,
              "MPI was initialized with a thread level below MPI_THREAD_SERIALIZED; the communication thread "
              "needs at least that (mpi4py requests MPI_THREAD_MULTIPLE by default)");
-  // Open MPI's MPI_Comm is a pointer; mpi4py hands it over as an integer (MPI._handleof).
-  static_assert(sizeof(MPI_Comm) == sizeof(uintptr_t), "MPI_Comm must be a handle the size of a pointer");
-  auto as_comm = [](uintptr_t h) { return h ? reinterpret_cast<MPI_Comm>(h) : MPI_COMM_NULL; };
+}
+
+// Open MPI's MPI_Comm is a pointer; mpi4py hands it over as an integer (MPI._handleof).
+static_assert(sizeof(MPI_Comm) == sizeof(uintptr_t), "MPI_Comm must be a handle the size of a pointer");
+MPI_Comm as_comm(uintptr_t h) { return h ? reinterpret_cast<MPI_Comm>(h) : MPI_COMM_NULL; }
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr_t leaders_comm, bool shared_memory) {
+  check_mpi_ready();
   PDNG_CHECK(node_comm || !leaders_comm, "a leaders communicator needs a node communicator");
-  return std::make_shared<MpiCommunicator>(as_comm(node_comm), as_comm(leaders_comm), shared_memory);
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, as_comm(node_comm), as_comm(leaders_comm), shared_memory);
+}
+
+std::shared_ptr<Communicator> make_mpi_group_communicator(uintptr_t group_comm) {
+  check_mpi_ready();
+  PDNG_CHECK(group_comm != 0, "a group communicator needs its MPI_Comm");
+  return std::make_shared<MpiCommunicator>(as_comm(group_comm), MPI_COMM_NULL, MPI_COMM_NULL, false);
 }
 
 #else
@@ -275,6 +293,10 @@ std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm, uintptr
 bool mpi_available() { return false; }
 
 std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t, uintptr_t, bool) {
+  throw Error("the CPU backend was built without Open MPI's headers: no native MPI path");
+}
+
+std::shared_ptr<Communicator> make_mpi_group_communicator(uintptr_t) {
   throw Error("the CPU backend was built without Open MPI's headers: no native MPI path");
 }
 

@@ -198,6 +198,19 @@ class Specialization:
         else:
             raise TransportError(f"rank {transport.rank}: the {transport.name} transport's native link "
                                  f"'{link.kind}' is not one of mpi, functions")
+        self._use_native_group_communicators(native)
+
+    def _use_native_group_communicators(self, native):
+        """Collectives over groups of ranks (their ``group`` attribute) from C++ where the group's
+        transport links natively (MPI); the others go through the Python fallback. In the order of
+        the groups' rank tuples on every rank, as ``Transport.make_groups`` makes them."""
+        groups = sorted({tuple(n.attrs.get("group", ())) for n in self.collectives} - {()})
+        if not groups or not _native().has_native_mpi():
+            return
+        for ranks in groups:
+            link = self.transport.group(ranks).native_group_link()
+            if link is not None and link.kind == "mpi-group":
+                native.use_native_mpi_group(list(ranks), *link.handles)
 
     def _run_collective(self, index: int, in_addresses: list, out_addresses: list):
         """A collective the native communicator does not handle: the reference kernel over the

@@ -19,6 +19,6 @@ from .registry import OP_TABLE, SKIPPED_OPS, converter  # noqa: F401
 
 # The import order is the order of OP_TABLE, hence of docs/OPS.md.
 from . import elementwise, activation, matmul, conv, pool, norm, loss, reduction  # noqa: F401,E402
-from . import shape, indexing, resample, tensor, optimizer  # noqa: F401,E402
+from . import shape, indexing, resample, tensor, optimizer, collective  # noqa: F401,E402
 
 __all__ = ["OP_TABLE", "SKIPPED_OPS", "converter"]

@@ -2,11 +2,14 @@
 
 AllReduce, Broadcast, AllGather and ReduceScatter take a list of tensors (a
 bucket) and return one output per input, so that gradient fusion is a change of
-grouping, not of op type.
+grouping, not of op type. Each runs over its ``group``: the global ranks it
+involves, in increasing order; ``()`` (the default) is every rank of the job
+(ir/groups.py: the groups of tensor parallelism).
 """
 from __future__ import annotations
 
 from ..node import Node, register_op
+from ..groups import check_group
 from ..types import DType, TensorType
 
 __all__ = ["AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv", "REDUCTIONS", "COMPRESSIONS",
@@ -39,10 +42,11 @@ def is_statistics(node) -> bool:
 
 
 class Collective(Node):
-    attributes = {"bucket": ""}
+    attributes = {"bucket": "", "group": ()}
 
     def check_inputs(self):
         self.check(len(self.inputs) >= 1, "needs at least one tensor")
+        self.attrs["group"] = check_group(self.attrs["group"])
 
     def infer(self):
         self.check_inputs()
@@ -55,7 +59,7 @@ class AllReduce(Collective):
     with the same bits on every rank (distributed/compress.py); only sum and avg, only float32."""
 
     op_type = "AllReduce"
-    attributes = {"reduction": "sum", "bucket": "", "compress": "none"}
+    attributes = {"reduction": "sum", "bucket": "", "compress": "none", "group": ()}
 
     def infer(self):
         reduction, compress = self.attrs["reduction"], self.attrs["compress"]
@@ -74,25 +78,34 @@ class AllReduce(Collective):
 @register_op
 class Broadcast(Collective):
     op_type = "Broadcast"
-    attributes = {"root": 0, "bucket": ""}
+    attributes = {"root": 0, "bucket": "", "group": ()}
 
 
 @register_op
 class AllGather(Collective):
-    """Concatenates along axis 0 the tensors of all ranks; needs ``world_size``."""
+    """Concatenates along ``axis`` the tensors of the group's ranks, in rank order; ``world_size``
+    is the group's size."""
 
     op_type = "AllGather"
-    attributes = {"world_size": 1, "bucket": ""}
+    attributes = {"world_size": 1, "bucket": "", "group": (), "axis": 0}
 
     def infer(self):
         self.check_inputs()
         n = int(self.attrs["world_size"])
         self.check(n >= 1, "world_size must be >= 1")
+        self.check(not self.attrs["group"] or len(self.attrs["group"]) == n,
+                   f"world_size {n} is not the size of group {self.attrs['group']}")
         out = []
         for i in range(len(self.inputs)):
             t = self.input_type(i)
             self.check(t.rank >= 1, f"input {i} must have rank >= 1")
-            out.append(TensorType(t.dtype, [t.shape[0] * n if t.shape[0] >= 0 else -1, *t.shape[1:]]))
+            axis = int(self.attrs["axis"])
+            self.check(-t.rank <= axis < t.rank, f"axis {axis} is out of range for input {i} ({t})")
+            axis %= t.rank
+            self.attrs["axis"] = axis
+            shape = list(t.shape)
+            shape[axis] = shape[axis] * n if shape[axis] >= 0 else -1
+            out.append(TensorType(t.dtype, shape))
         return out
 
 
@@ -101,11 +114,13 @@ class ReduceScatter(Collective):
     """Reduces across ranks, each rank keeping its 1/world_size slice of axis 0."""
 
     op_type = "ReduceScatter"
-    attributes = {"world_size": 1, "reduction": "sum", "bucket": ""}
+    attributes = {"world_size": 1, "reduction": "sum", "bucket": "", "group": ()}
 
     def infer(self):
         self.check_inputs()
         n = int(self.attrs["world_size"])
+        self.check(not self.attrs["group"] or len(self.attrs["group"]) == n,
+                   f"world_size {n} is not the size of group {self.attrs['group']}")
         self.check(self.attrs["reduction"] in REDUCTIONS, f"reduction must be one of {REDUCTIONS}")
         out = []
         for i in range(len(self.inputs)):

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,9 @@ class Executor {
   void set_num_inputs(int n) { num_inputs_ = n; }
   // Before the first run: moves the arena into shared memory if the communicator wants it there.
   void set_communicator(std::shared_ptr<Communicator> comm);
+  // The communicator of the collectives whose "group" attribute is `group` (global ranks); those
+  // of a group without one go through the fallback.
+  void set_group_communicator(const std::vector<int64_t>& group, std::shared_ptr<Communicator> comm);
   std::string communicator_description() const { return comm_ ? comm_->describe() : "none"; }
   void set_fallback(CollectiveFallback fn, void* context) {
     fallback_ = fn;
@@ -166,6 +170,10 @@ class Executor {
     std::string reduction, compress;
     int64_t count = 0;
     bool overlaps = true;
+    // The node's "group" attribute (empty: every rank), served by its group communicator if one
+    // is set, else by the fallback; an AllGather along an axis other than 0 always by the fallback.
+    std::vector<int64_t> group;
+    bool gathers_other_axis = false;
     // Written by whichever thread runs it (under mutex_), read after done.
     bool done = false;
     bool traced = false;  // set by the Start step: the thread records its transfer's times
@@ -201,6 +209,8 @@ class Executor {
   // Runs the collective at the front of the queue on the calling thread; mutex_ held on entry and exit.
   void run_front(std::unique_lock<std::mutex>& lock, bool on_comm_thread);
   void run_collective(Collective& c);
+  // The native communicator of `c` (of its group, or of every rank), or nullptr: the fallback runs it.
+  Communicator* native_communicator(const Collective& c) const;
   void wait_for(int collective);
   // A run fails with collectives queued or running: no further runs; the communication thread
   // still runs what is queued, as the other ranks expect.
@@ -223,6 +233,7 @@ class Executor {
   int threads_ = 0;
 
   std::shared_ptr<Communicator> comm_;
+  std::map<std::vector<int64_t>, std::shared_ptr<Communicator>> group_comms_;
   CollectiveFallback fallback_ = nullptr;
   void* fallback_context_ = nullptr;
 

@@ -21,5 +21,8 @@ bool mpi_available();
 // when every rank can map the others' memory, MPI_Allreduce otherwise.
 std::shared_ptr<Communicator> make_mpi_communicator(uintptr_t node_comm = 0, uintptr_t leaders_comm = 0,
                                                     bool shared_memory = true);
+// Flat MPI over `group_comm` (an MPI_Comm handle of a group of the job's ranks, alive as long as
+// the communicator and used by no other thread): the executor's collectives over that group.
+std::shared_ptr<Communicator> make_mpi_group_communicator(uintptr_t group_comm);
 
 }  // namespace pdng

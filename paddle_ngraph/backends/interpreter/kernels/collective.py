@@ -1,4 +1,5 @@
-"""Kernels of the collectives (ir/ops/collective.py), served by the transport."""
+"""Kernels of the collectives (ir/ops/collective.py), served by the transport, or by its group
+for a node with a ``group`` (``Transport.group``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +10,22 @@ from .registry import kernel
 
 def _require_transport(node, transport):
     if transport is None:
+        if node.attrs.get("group") and len(node.attrs["group"]) == 1:
+            return None  # a group of one rank: every collective is the identity
         raise ExecutionError(f"node '{node.name}' ({node.op_type}) needs a transport, and none was given")
-    return transport
+    return _over_group(node, transport)
+
+
+def _over_group(node, transport):
+    """The transport of the node's group (the transport itself for every rank)."""
+    if transport is None or not node.attrs.get("group"):
+        return transport
+    return transport.group(node.attrs["group"])
 
 
 @kernel("AllReduce")
 def _allreduce(node, args, transport):
+    transport = _over_group(node, transport)
     if transport is None or transport.size == 1:
         return [np.array(a, copy=True) for a in args]
     name = node.attrs["bucket"] or node.name
@@ -25,6 +36,7 @@ def _allreduce(node, args, transport):
 
 @kernel("Broadcast")
 def _broadcast(node, args, transport):
+    transport = _over_group(node, transport)
     if transport is None or transport.size == 1:
         return [np.array(a, copy=True) for a in args]
     return [transport.broadcast(np.array(a, copy=True), node.attrs["root"]) for a in args]
@@ -33,12 +45,20 @@ def _broadcast(node, args, transport):
 @kernel("AllGather")
 def _allgather(node, args, transport):
     t = _require_transport(node, transport)
-    return [t.allgather(a) for a in args]
+    axis = node.attrs["axis"]
+    if t is None or t.size == 1:
+        return [np.array(a, copy=True) for a in args]
+    if axis == 0:
+        return [t.allgather(a) for a in args]
+    # The transports gather along axis 0: gather the tensors with ``axis`` first, then put it back.
+    return [np.ascontiguousarray(np.moveaxis(t.allgather(np.moveaxis(a, axis, 0)), 0, axis)) for a in args]
 
 
 @kernel("ReduceScatter")
 def _reduce_scatter(node, args, transport):
     t = _require_transport(node, transport)
+    if t is None or t.size == 1:
+        return [np.array(a, copy=True) for a in args]
     return [t.reduce_scatter(a, node.attrs["reduction"]) for a in args]
 
 
