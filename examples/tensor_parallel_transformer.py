@@ -163,7 +163,8 @@ def train(a):
         fleet.init(is_collective=True, strategy=strategy)
         mp, rank = a.mp, fleet.worker_index()
         if fleet.worker_num() != mp:
-            raise SystemExit(f"run on --mp ({mp}) ranks, not {fleet.worker_num()}: this example has no data parallelism")
+            raise SystemExit(f"run on --mp ({mp}) ranks, not {fleet.worker_num()}: "
+                             "this example has no data parallelism")
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         ids, labels, loss = build(a, mp, rank % mp)
@@ -184,7 +185,8 @@ def train(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 epilog="Launch: mpirun -np MP python examples/tensor_parallel_transformer.py, or "
-                                       "python -m paddle.distributed.launch --nproc_per_node MP ...; --dense: one process.")
+                                       "python -m paddle.distributed.launch --nproc_per_node MP ...; "
+                                       "--dense: one process.")
     p.add_argument("--mp", type=int, default=2, help="tensor-parallel degree = the number of ranks")
     p.add_argument("--dense", action="store_true", help="the unsharded model with Paddle alone, in one process")
     p.add_argument("--steps", type=int, default=30)

@@ -44,7 +44,8 @@ def test_two_shards_train_as_the_dense_model_with_half_the_state_each(tmp_path):
     np.testing.assert_allclose(parallel_losses, dense_losses, rtol=1e-4)
     assert parallel_losses[-1] < 0.6 * parallel_losses[0], parallel_losses  # about 4.6 -> 1.6
 
-    states = {int(r): (int(mine), int(whole), float(share), int(mp)) for r, mine, whole, share, mp in STATE.findall(sharded)}
+    states = {int(r): (int(mine), int(whole), float(share), int(mp))
+              for r, mine, whole, share, mp in STATE.findall(sharded)}
     assert sorted(states) == list(range(NRANKS)), sharded[-5000:]
     (_, measured, computed, _, _), = STATE.findall(dense.stdout)
     assert int(measured) == int(computed), dense.stdout  # the dense run's scope holds what the shapes say
