@@ -23,9 +23,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_small import median_step as small_median_step  # noqa: E402
 
 # (a, b, transpose_a, transpose_b): square, a Linear's weight gradient (a^T @ b) and forward, batched
 # with broadcasting.
@@ -34,14 +36,8 @@ MATMUL_SHAPES = [((512, 512), (512, 512), False, False), ((256, 1000), (256, 512
 
 
 def median_step(step, steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
+    """Median milliseconds of ``step`` (bench_small's timing loop)."""
+    return 1e3 * small_median_step(step, steps, warmup)
 
 
 def model_worker(system: str, model: str, size: int, batch: int, steps: int, warmup: int) -> dict:

@@ -157,20 +157,25 @@ class CclTransport(Transport):
         except self.ccl.CclError as e:
             raise TransportError(str(e)) from None
 
+    # The binding's communicator: -1 is the job's; a group's transport has its own slot.
+    slot = -1
+    ranks = None
+
     def allreduce(self, array, reduction="sum", name="", bfloat16=False):
         self.check_reduction(reduction)
         array = np.ascontiguousarray(array)
         out = np.empty_like(array)
         base = "sum" if reduction == "avg" else reduction
         try:
-            self.ccl.allreduce(array, out, _np_dtype_name(array, bfloat16), base)
+            self.ccl.allreduce(array, out, _np_dtype_name(array, bfloat16), base, self.slot)
         except self.ccl.CclError as e:
-            raise TransportError(f"{e} (tensor '{name}', {array.size} elements)") from None
+            group = f"group {self.ranks}, " if self.ranks is not None else ""
+            raise TransportError(f"{e} ({group}tensor '{name}', {array.size} elements)") from None
         return _average(out, self.size, bfloat16) if reduction == "avg" else out
 
     def broadcast(self, array, root=0):
         view = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        self._call(self.ccl.broadcast, view, "uint8", root)
+        self._call(self.ccl.broadcast, view, "uint8", root, self.slot)
         if view.base is not None and not np.shares_memory(view, array):
             array[...] = view.view(array.dtype).reshape(array.shape)
         return array
@@ -178,17 +183,18 @@ class CclTransport(Transport):
     def allgather(self, array):
         array = np.ascontiguousarray(array)
         out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
-        self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8")
+        self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8",
+                   self.slot)
         return out
 
     def reduce_scatter(self, array, reduction="sum"):
         self.check_reduction(reduction)
         array = np.ascontiguousarray(array)
         if array.shape[0] % self.size:
-            return super().reduce_scatter(array, reduction)
+            return Transport.reduce_scatter(self, array, reduction)
         out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
         base = "sum" if reduction == "avg" else reduction
-        self._call(self.ccl.reduce_scatter, array, out, _np_dtype_name(array, False), base)
+        self._call(self.ccl.reduce_scatter, array, out, _np_dtype_name(array, False), base, self.slot)
         return _average(out, self.size, False) if reduction == "avg" else out
 
     # oneCCL has no message tags: messages between two ranks match in the order they are sent.
@@ -257,46 +263,12 @@ class CclTransport(Transport):
 
 class CclGroupTransport(CclTransport):
     """The ccl transport over a group of the job's ranks (``CclTransport.make_groups``): the group's
-    oneCCL communicator (its ``slot`` in the binding); ``rank`` and ``size`` within the group."""
+    oneCCL communicator (its ``slot`` in the binding, which the collectives of ``CclTransport`` pass);
+    ``rank`` and ``size`` within the group."""
 
     def __init__(self, parent: CclTransport, ranks: tuple[int, ...], slot: int):  # no connect: joined already
         self.ccl, self.parent, self.ranks, self.slot = parent.ccl, parent, ranks, slot
         self.rank, self.size = ranks.index(parent.rank), len(ranks)
-
-    def allreduce(self, array, reduction="sum", name="", bfloat16=False):
-        self.check_reduction(reduction)
-        array = np.ascontiguousarray(array)
-        out = np.empty_like(array)
-        base = "sum" if reduction == "avg" else reduction
-        try:
-            self.ccl.allreduce(array, out, _np_dtype_name(array, bfloat16), base, self.slot)
-        except self.ccl.CclError as e:
-            raise TransportError(f"{e} (group {self.ranks}, tensor '{name}', {array.size} elements)") from None
-        return _average(out, self.size, bfloat16) if reduction == "avg" else out
-
-    def broadcast(self, array, root=0):
-        view = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        self._call(self.ccl.broadcast, view, "uint8", root, self.slot)
-        if view.base is not None and not np.shares_memory(view, array):
-            array[...] = view.view(array.dtype).reshape(array.shape)
-        return array
-
-    def allgather(self, array):
-        array = np.ascontiguousarray(array)
-        out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
-        self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8",
-                   self.slot)
-        return out
-
-    def reduce_scatter(self, array, reduction="sum"):
-        self.check_reduction(reduction)
-        array = np.ascontiguousarray(array)
-        if array.shape[0] % self.size:
-            return Transport.reduce_scatter(self, array, reduction)
-        out = np.empty((array.shape[0] // self.size,) + array.shape[1:], dtype=array.dtype)
-        base = "sum" if reduction == "avg" else reduction
-        self._call(self.ccl.reduce_scatter, array, out, _np_dtype_name(array, False), base, self.slot)
-        return _average(out, self.size, False) if reduction == "avg" else out
 
     def send(self, array, peer, tag=0):
         raise TransportError(f"group {self.ranks}: point-to-point messages go over the job's transport")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-FEATURES, HIDDEN, CLASSES = 6, 8, 3
+from fallback_models import CLASSES, FEATURES, HIDDEN, data, run_steps  # noqa: F401  (data: the same batches)
 LR = 0.1
 NAMES = ("gradient_merge", "lookahead", "model_average", "ema", "while_loop", "cond")
 
@@ -51,13 +51,6 @@ def build(name: str, batch: int = -1):
     return main, startup, loss
 
 
-def data(steps: int, batch: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    xs = rng.standard_normal((steps, batch, FEATURES)).astype("float32")
-    ys = rng.integers(0, CLASSES, (steps, batch, 1)).astype("int64")
-    return xs, ys
-
-
 def persistable_names(main) -> list[str]:
     """The persistable dense variables of the program (parameters, accumulators, counters)."""
     if paddle.framework.in_pir_mode():
@@ -74,24 +67,16 @@ def persistable_names(main) -> list[str]:
 def train(name, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
     """Losses and final persistable values of ``len(xs)`` steps; with ``transpile`` (a dict of
     options) on the engine, each rank feeding its ``1/nranks`` share of every batch."""
-    import paddle_ngraph
-
     paddle.seed(seed)
     main, startup, loss = build(name)
-    scope = paddle.static.Scope()
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    with paddle.static.scope_guard(scope):
-        exe.run(startup)
-        if transpile is not None:
-            paddle_ngraph.transpile(main, **transpile)
-        share = len(xs[0]) // nranks
-        losses = []
-        for xb, yb in zip(xs, ys):
-            feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
-            losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
+
+    def persistables(scope):
         values = {}
         for n in persistable_names(main):
             var = scope.find_var(n)
             if var is not None and var.get_tensor()._is_initialized():
                 values[n] = np.array(var.get_tensor())
-    return main, np.array(losses), values
+        return values
+
+    losses, values = run_steps(main, startup, loss, xs, ys, persistables, transpile, rank, nranks)
+    return main, losses, values

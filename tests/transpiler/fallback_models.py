@@ -77,10 +77,22 @@ def parameter_names(main) -> list[str]:
 def train(middle, optimizer, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
     """Losses and final parameters of ``len(xs)`` steps; with ``transpile`` (a dict of options) on
     the engine, each rank feeding its ``1/nranks`` share of every batch."""
-    import paddle_ngraph
-
     paddle.seed(seed)
     main, startup, loss = build(middle, optimizer)
+
+    def parameters(scope):
+        return {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main)}
+
+    losses, params = run_steps(main, startup, loss, xs, ys, parameters, transpile, rank, nranks)
+    return main, losses, params
+
+
+def run_steps(main, startup, loss, xs, ys, read, transpile=None, rank=0, nranks=1):
+    """(losses, ``read(scope)`` at the end) of one training step per batch of ``xs``/``ys`` (feeds
+    ``x`` and ``y``); with ``transpile`` (a dict of options) on the engine, each rank feeding its
+    ``1/nranks`` share of every batch."""
+    import paddle_ngraph
+
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
     with paddle.static.scope_guard(scope):
@@ -92,5 +104,4 @@ def train(middle, optimizer, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
         for xb, yb in zip(xs, ys):
             feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
             losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
-        params = {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main)}
-    return main, np.array(losses), params
+        return np.array(losses), read(scope)
