@@ -1,4 +1,5 @@
 """Ops that pick elements by index or position, with their grads: slice, gather, gather_nd, index_select,
+take_along_axis, index_sample, one_hot, argmax/argmin,
 top_k/top_k_v2 (topk in PIR), accuracy, the embedding lookups (lookup_table_v2 / PIR embedding,
 lookup_table) and tril_triu (PIR tril, triu: what nn.Transformer's
 generate_square_subsequent_mask emits, a Select with a constant mask of the last two dims).
@@ -9,7 +10,7 @@ import numpy as np
 
 from ...ir import Output, ops
 from ...ir.types import DType, normalize_axis
-from .helpers import constant
+from .helpers import constant, paddle_dtype
 from .registry import converter
 from .shape import checked_axes, const_ints, zeros_like
 
@@ -232,3 +233,115 @@ def tril_triu(ctx):
 def tril_triu_grad(ctx):
     delta = ctx.input("Out@GRAD", "out_grad")
     ctx.set_output(("X@GRAD", "x_grad"), ops.Select(_keep(ctx, delta), delta, constant(0, delta.dtype)).output())
+
+
+# --- argmax, argmin ---------------------------------------------------------------------------------
+@converter("arg_max", "arg_min", "pd_op.argmax", "pd_op.argmin")
+def arg_extremum(ctx):
+    """The first index of the largest (smallest) value: TopK with k=1 (ties: the lower index)."""
+    x = ctx.input("X", "x")
+    axis = int(ctx.attr_or_const_input(("axis",), ("axis",), default=0))
+    if ctx.attr("flatten", default=False):
+        x, axis = ops.Reshape(x, shape=[-1]).output(), 0
+    if x.type.rank == 0:
+        raise ctx.fail("a 0-D input has no axis to search")
+    axis = normalize_axis(axis, x.type.rank)
+    largest = ctx.op_type.endswith("max")
+    index = ops.TopK(x, k=1, axis=axis, largest=largest, sorted=True).output(1)
+    if not ctx.attr("keepdims", default=False) or ctx.attr("flatten", default=False):
+        index = ops.Reshape(index, shape=[d for i, d in enumerate(index.shape) if i != axis]).output()
+    dtype = ctx.attr("dtype", default=-1)
+    dtype = DType.int64 if dtype in (-1, None) else paddle_dtype(dtype)
+    ctx.set_output(("Out", "out"), index if dtype == DType.int64 else ops.Convert(index, dtype=dtype.value).output())
+
+
+# --- one_hot -------------------------------------------------------------------------------------------
+@converter("one_hot_v2", "pd_op.one_hot")
+def one_hot(ctx):
+    """x[..., None] == arange(depth), as float32 (Paddle's one_hot_v2 output). Ids outside
+    [0, depth) give rows of zeros (Paddle's CPU kernel raises for them unless
+    ``allow_out_of_range``)."""
+    ids = ctx.input("X", "x")
+    depth = int(ctx.attr_or_const_input(("depth",), ("depth_tensor", "num_classes")))
+    if ids.dtype not in (DType.int32, DType.int64) or depth < 1:
+        raise ctx.fail(f"ids must be int32 or int64 and depth >= 1, got {ids.type} and depth {depth}")
+    classes = ops.Constant(np.arange(depth, dtype=ids.dtype.numpy)).output()
+    column = ops.Reshape(ids, shape=list(ids.shape) + [1]).output()
+    dtype = paddle_dtype(ctx.attr("dtype", default=5)) if ctx.op_type == "one_hot_v2" else DType.float32
+    hot = ops.Convert(ops.Equal(column, classes).output(), dtype=dtype.value).output()
+    ctx.set_output(("Out", "out"), hot)
+
+
+# --- take_along_axis, index_sample: x's elements at index along one axis ----------------------------
+def _along_axis_offsets(ctx, x, index, axis: int):
+    """The row-major offsets in x (flattened) of x[i0, .., index[i0, .., i_axis, ..], ..]: index
+    along ``axis``, the position of each element in the other axes (index and x of one rank; index
+    no larger than x in them)."""
+    if index.dtype not in (DType.int32, DType.int64) or index.type.rank != x.type.rank:
+        raise ctx.fail(f"index must be an int32 or int64 tensor of x's rank, got {index.type} for x {x.type}")
+    if any(d < 0 for d in (*x.shape, *index.shape)):
+        raise ctx.fail(f"needs static shapes, got x {x.type} and index {index.type}")
+    if any(i != axis and n > m for i, (n, m) in enumerate(zip(index.shape, x.shape))):
+        raise ctx.fail(f"index {index.type} is larger than x {x.type} outside axis {axis}")
+    strides = np.cumprod([1] + list(x.shape[::-1]))[:-1][::-1]
+    positions = np.zeros(index.shape, dtype=index.dtype.numpy)
+    for i, stride in enumerate(strides):
+        if i != axis:
+            shape = [1] * index.type.rank
+            shape[i] = index.shape[i]
+            positions = positions + (np.arange(index.shape[i]) * int(stride)).reshape(shape).astype(positions.dtype)
+    along = index if strides[axis] == 1 else ops.Multiply(index, constant(int(strides[axis]), index.dtype)).output()
+    offsets = ops.Add(along, ops.Constant(positions).output()).output()
+    return ops.Reshape(offsets, shape=[-1]).output()
+
+
+def _take_along(ctx, x, index, axis: int):
+    offsets = _along_axis_offsets(ctx, x, index, axis)
+    flat = ops.Reshape(x, shape=[-1]).output()
+    return ops.Reshape(ops.Gather(flat, offsets, axis=0).output(), shape=list(index.shape)).output()
+
+
+def _take_along_grad(ctx, x, index, dout, axis: int):
+    """Repeated indices accumulate (Paddle's scatter-add in take_along_axis_grad / index_sample_grad)."""
+    offsets = _along_axis_offsets(ctx, x, index, axis)
+    flat = zeros_like(ops.Reshape(x, shape=[-1]).output())
+    grad = ops.ScatterAdd(flat, offsets, ops.Reshape(dout, shape=[-1]).output(), axis=0).output()
+    return ops.Reshape(grad, shape=list(x.shape)).output()
+
+
+def _index_sample_operands(ctx):
+    x, index = ctx.input("X", "x"), ctx.input("Index", "index")
+    if x.type.rank != 2 or index.type.rank != 2:
+        raise ctx.fail(f"x and index must be 2-D, got {x.type} and {index.type}")
+    return x, index
+
+
+@converter("index_sample", "pd_op.index_sample")
+def index_sample(ctx):
+    x, index = _index_sample_operands(ctx)
+    ctx.set_output(("Out", "out"), _take_along(ctx, x, index, axis=1))
+
+
+@converter("index_sample_grad", "pd_op.index_sample_grad")
+def index_sample_grad(ctx):
+    x, index = _index_sample_operands(ctx)
+    ctx.set_output(("X@GRAD", "x_grad"), _take_along_grad(ctx, x, index, ctx.input("Out@GRAD", "out_grad"), axis=1))
+
+
+def _take_along_axis_operands(ctx):
+    x, index = ctx.input("Input", "arr"), ctx.input("Index", "indices")
+    axis = normalize_axis(int(ctx.attr("Axis", "axis")), x.type.rank)
+    return x, index, axis
+
+
+@converter("take_along_axis", "pd_op.take_along_axis")
+def take_along_axis(ctx):
+    x, index, axis = _take_along_axis_operands(ctx)
+    ctx.set_output(("Result", "out"), _take_along(ctx, x, index, axis))
+
+
+@converter("take_along_axis_grad", "pd_op.take_along_axis_grad")
+def take_along_axis_grad(ctx):
+    x, index, axis = _take_along_axis_operands(ctx)
+    dout = ctx.input("Result@GRAD", "out_grad")
+    ctx.set_output(("Input@GRAD", "arr_grad"), _take_along_grad(ctx, x, index, dout, axis))

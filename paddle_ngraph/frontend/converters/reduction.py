@@ -2,7 +2,8 @@
 elements (legacy ``mean``, PIR ``mean_all``), and the norms gradient clipping emits
 (squared_l2_norm, clip_by_norm; after Paddle's clip_by_norm_kernel_impl.h and
 squared_l2_norm_*_impl.h), and p_norm (the vector p-norm of paddle.linalg.norm and
-nn.PairwiseDistance, which triplet_margin_loss uses; after Paddle's p_norm_kernel.cc).
+nn.PairwiseDistance, which triplet_margin_loss uses; after Paddle's p_norm_kernel.cc); max/min,
+amax/amin, all/any and logsumexp.
 """
 from __future__ import annotations
 
@@ -164,3 +165,81 @@ def p_norm_grad(ctx):
     epsilon = a.c(float(ctx.attr("epsilon", default=1e-12)), x)
     ratio = a.div(ops.Power(magnitude, exponent).output(), a.add(ops.Power(norm, exponent).output(), epsilon))
     _set_dx(ctx, a.mul(a.mul(ratio, dout), a.sign(x)))
+
+
+# --- max, min (and amax, amin), all, any, logsumexp -------------------------------------------------
+def _reduced_axes(ctx, x) -> list[int]:
+    axes, _ = _axes_keep(ctx)
+    return sorted({a % max(x.type.rank, 1) for a in axes}) or list(range(x.type.rank))
+
+
+def _kept(ctx, x, value):
+    """``value``, reduced over x's axes, reshaped to keep the reduced axes as 1s (for broadcasting
+    against x)."""
+    axes = _reduced_axes(ctx, x)
+    return ops.Reshape(value, shape=[1 if i in axes else d for i, d in enumerate(x.shape)]).output()
+
+
+_EXTREMA = {"max": ops.ReduceMax, "min": ops.ReduceMin, "amax": ops.ReduceMax, "amin": ops.ReduceMin}
+
+
+@converter("reduce_max", "reduce_min", "reduce_amax", "reduce_amin", "pd_op.max", "pd_op.min", "pd_op.amax",
+           "pd_op.amin")
+def reduce_extremum(ctx):
+    axes, keep = _axes_keep(ctx)
+    reduce = _EXTREMA[ctx.op_type.removeprefix("pd_op.").removeprefix("reduce_")]
+    _set_out(ctx, reduce(_x(ctx), axes=axes, keep_dims=keep).output())
+
+
+@converter("reduce_max_grad", "reduce_min_grad", "reduce_amax_grad", "reduce_amin_grad", "pd_op.max_grad",
+           "pd_op.min_grad", "pd_op.amax_grad", "pd_op.amin_grad")
+def reduce_extremum_grad(ctx):
+    """The gradient is shared evenly among the elements equal to the extremum: Paddle 3.3.1's
+    max/min gradients do so as its amax/amin's do (measured against its CPU kernels)."""
+    x = _x(ctx)
+    out, dout = _kept(ctx, x, ctx.input("Out", "out")), _kept(ctx, x, _dout(ctx))
+    hit = a.as_dtype(ops.Equal(x, out).output(), x)
+    hits = ops.ReduceSum(hit, axes=_reduced_axes(ctx, x), keep_dims=True).output()
+    _set_dx(ctx, a.mul(hit, a.div(dout, hits)))
+
+
+@converter("reduce_all", "reduce_any", "pd_op.all", "pd_op.any")
+def reduce_logical(ctx):
+    """all = the minimum of the 0/1 values, any = their maximum."""
+    axes, keep = _axes_keep(ctx)
+    x = _x(ctx)
+    reduce = ops.ReduceMin if ctx.op_type.endswith("all") else ops.ReduceMax
+    as_int = ops.Convert(x, dtype="int32").output()
+    _set_out(ctx, ops.Convert(reduce(as_int, axes=axes, keep_dims=keep).output(), dtype="bool").output())
+
+
+def _logsumexp_axes_keep(ctx, x):
+    axes = [int(v) for v in ctx.attr("axis", default=[])]
+    if ctx.attr("reduce_all", default=False):
+        axes = []
+    return sorted({v % max(x.type.rank, 1) for v in axes}) or list(range(x.type.rank)), bool(
+        ctx.attr("keepdim", default=False))
+
+
+@converter("logsumexp", "pd_op.logsumexp")
+def logsumexp(ctx):
+    """log(sum(exp(x - max))) + max, as Paddle's kernel (logsumexp_kernel_impl.h) computes it."""
+    x = _x(ctx)
+    axes, keep = _logsumexp_axes_keep(ctx, x)
+    top = ops.ReduceMax(x, axes=axes, keep_dims=True).output()
+    total = ops.ReduceSum(a.exp(a.sub(x, top)), axes=axes, keep_dims=True).output()
+    out = a.add(a.log(total), top)
+    if not keep:
+        out = ops.Reshape(out, shape=[d for i, d in enumerate(x.shape) if i not in axes]).output()
+    _set_out(ctx, out)
+
+
+@converter("logsumexp_grad", "pd_op.logsumexp_grad")
+def logsumexp_grad(ctx):
+    """dx = dout * exp(x - out)."""
+    x = _x(ctx)
+    axes, _ = _logsumexp_axes_keep(ctx, x)
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    out = ops.Reshape(ctx.input("Out", "out"), shape=shape).output()
+    dout = ops.Reshape(_dout(ctx), shape=shape).output()
+    _set_dx(ctx, a.mul(dout, a.exp(a.sub(x, out))))
