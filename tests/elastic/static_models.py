@@ -1,5 +1,4 @@
-"""The static program the elastic tests train, in either IR: a small regression net with Adam
-(or Momentum),
+"""The static program the elastic tests train, in either IR: a small regression net with Adam,
 its global batch per step, and the persistable variables to compare."""
 import numpy as np
 import paddle
@@ -8,7 +7,7 @@ FEATURES = 6
 GLOBAL_BATCH = 12
 
 
-def build(hidden: int = 16, lr: float = 0.05, optimizer: str = "adam"):
+def build(hidden: int = 16, lr: float = 0.05):
     """(main, startup, loss) of a fresh program; names are the same in every process."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
@@ -17,10 +16,7 @@ def build(hidden: int = 16, lr: float = 0.05, optimizer: str = "adam"):
         hidden_out = paddle.nn.functional.relu(paddle.nn.Linear(FEATURES, hidden)(x))
         out = paddle.nn.Linear(hidden, 1)(hidden_out)
         loss = paddle.nn.functional.mse_loss(out, y)
-        if optimizer == "adam":
-            paddle.optimizer.Adam(learning_rate=lr).minimize(loss)
-        else:
-            paddle.optimizer.Momentum(learning_rate=lr, momentum=0.9).minimize(loss)
+        paddle.optimizer.Adam(learning_rate=lr).minimize(loss)
     return main, startup, loss
 
 
