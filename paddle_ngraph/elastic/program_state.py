@@ -2,7 +2,10 @@
 
 The program given to ``State(program=...)`` is kept as built, never transpiled: every group
 (the first, and the survivors' after a loss) runs a transpiled copy of it, made by
-``transpile`` for the group's transport. A commit copies:
+``transpile`` for the group's transport. A program transpiled already (fleet's
+``strategy.ngraph`` does it inside ``minimize``) is replaced by the copy ``transpile`` kept of it
+as built (transpiler/originals.py), transpiled again with the configuration recorded then. A
+commit copies:
 
 - every persistable variable of the program from the scope (parameters, optimizer moments,
   beta powers, learning rate, step counters): with ZeRO-1 the engines hold only this rank's
@@ -41,10 +44,18 @@ class ProgramState:
     def __init__(self, program, scope=None):
         from ..frontend import decode
         from ..transpiler import engines_of
+        from ..transpiler.originals import original_of
 
+        # A program transpiled already (by fleet's strategy.ngraph, inside minimize): the copy
+        # transpile kept of it as built is transpiled again, with the same configuration.
+        self.transpiled_as = None
         if engines_of(program):
-            raise ConfigError("elastic.State: the program is transpiled already; pass it as built: each group runs "
-                              "its own transpiled copy (state.transpile(...) inside the training function)")
+            original = original_of(program)
+            if original is None or original.config is None:
+                raise ConfigError("elastic.State: the program is transpiled already and its original is gone; "
+                                  "pass it as built: each group runs its own transpiled copy")
+            self.transpiled_as = original
+            program = original.copy
         view = decode(program)
         persistable = {n: v for n, v in view.vars.items() if v.persistable and v.kind == "dense" and not v.is_data}
         self.program = program
@@ -52,7 +63,8 @@ class ProgramState:
         self.parameters = sorted(n for n, v in persistable.items() if v.is_parameter)
         self.others = sorted(n for n, v in persistable.items() if not v.is_parameter)
         self._scope = scope
-        self.current = None  # the transpiled copy the current group runs
+        # The transpiled copy the current group runs (fleet's program until the first transpile).
+        self.current = self.transpiled_as.transpiled if self.transpiled_as is not None else None
         # The arrays of this rank's last two commits: a commit copies into those of the one before
         # the last (never the last: a commit that fails half-way must leave it whole), which saves
         # the page faults of fresh memory, most of a commit's time, for twice the state's memory.
@@ -77,6 +89,8 @@ class ProgramState:
         accumulation state of ``snapshot`` (the commit training resumes from)."""
         from ..transpiler import options, release, transpile
 
+        if config is None and self.transpiled_as is not None:
+            config = self.transpiled_as.config  # fleet's strategy, as its minimize resolved it
         effective = options(config, {k: v for k, v in overrides.items() if k in _KEYS_CHECKED})
         if effective.localsgd_k_steps:
             raise ConfigError("elastic.State.transpile: localsgd_k_steps (local SGD) is not elastic yet: its "
@@ -84,12 +98,24 @@ class ProgramState:
         if self.current is not None:
             release(self.current)
             self.current = None
-        program, handles = _copy(self.program, list(fetch_list))
+        program, handles = _copy(self.program, [self._in_original(h) for h in fetch_list])
         transpile(program, config, transport=transport, fetch_list=handles, **overrides)
         self.current = program
         if snapshot is not None:
             self.restore_engines(snapshot)
         return program, handles
+
+    def _in_original(self, handle):
+        """A fetch handle of the program given to State as the same value of the copy transpiled
+        again (PIR values by id: those of fleet's program point into its rewritten graph)."""
+        original = self.transpiled_as
+        if original is None or isinstance(handle, str) or original.ir != "pir":
+            return handle
+        found = original.values.get(getattr(handle, "id", None))
+        if found is None:
+            raise ConfigError(f"elastic.State.transpile: fetch handle {handle!r} is not a value of the program "
+                              f"given to State")
+        return found
 
     # --- commit and restore -------------------------------------------------------------------------
     def snapshot(self) -> dict:

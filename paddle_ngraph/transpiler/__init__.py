@@ -99,6 +99,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if engines and plan.fallback and transport.size > 1:
         _start_paddle_state_equal(view, plan, engines, transport)
     original = originals.remember(view)  # for evaluation clones, export and fetch checks
+    original.config = config
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:

@@ -7,8 +7,9 @@ FEATURES = 6
 GLOBAL_BATCH = 12
 
 
-def build(hidden: int = 16, lr: float = 0.05):
-    """(main, startup, loss) of a fresh program; names are the same in every process."""
+def build(hidden: int = 16, lr: float = 0.05, distributed_optimizer=None):
+    """(main, startup, loss) of a fresh program; names are the same in every process.
+    ``distributed_optimizer``: wraps the optimizer before minimize (fleet's)."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [-1, FEATURES], "float32")
@@ -16,7 +17,10 @@ def build(hidden: int = 16, lr: float = 0.05):
         hidden_out = paddle.nn.functional.relu(paddle.nn.Linear(FEATURES, hidden)(x))
         out = paddle.nn.Linear(hidden, 1)(hidden_out)
         loss = paddle.nn.functional.mse_loss(out, y)
-        paddle.optimizer.Adam(learning_rate=lr).minimize(loss)
+        optimizer = paddle.optimizer.Adam(learning_rate=lr)
+        if distributed_optimizer is not None:
+            optimizer = distributed_optimizer(optimizer)
+        optimizer.minimize(loss)
     return main, startup, loss
 
 

@@ -81,6 +81,45 @@ def test_static_state_refusals():
         state = elastic.State(program=main, step=0)
         with pytest.raises(ConfigError, match="local SGD"):
             state.transpile([loss], localsgd_k_steps=2)
-        program, _ = state.transpile([loss])
-        with pytest.raises(ConfigError, match="transpiled already"):
-            elastic.State(program=program)
+
+
+
+def _fleet_optimizer(configs: dict):
+    import paddle.distributed.fleet as fleet
+
+    import paddle_ngraph  # noqa: F401  (adds strategy.ngraph)
+
+    fleet.init(is_collective=True)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = configs
+    return lambda optimizer: fleet.distributed_optimizer(optimizer, strategy)
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_a_program_fleet_transpiled_is_transpiled_again_with_its_strategy(ir):
+    """strategy.ngraph transpiles inside minimize: State takes the program as it was before, and
+    state.transpile() applies fleet's configuration; training is bitwise that of fleet's program."""
+    from paddle_ngraph.transpiler import engines_of
+
+    configs = {"backend": "INTERPRETER", "accumulate_steps": 2}
+
+    def train(through_state: bool):
+        with ir_guard(ir):
+            paddle.seed(3)
+            main, startup, loss = build(distributed_optimizer=_fleet_optimizer(configs))
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            state = elastic.State(program=main, step=0)  # takes nothing over until state.transpile
+            program, fetch = main, loss
+            if through_state:
+                program, (fetch,) = state.transpile([loss])
+                assert program is not main and engines_of(program)[0].accumulate_steps == 2
+            losses = [exe.run(program, feed=batch(step, 0, 1), fetch_list=[fetch])[0] for step in range(4)]
+            return losses, persistables(state)
+
+    want = train(False)
+    got = train(True)
+    np.testing.assert_array_equal(got[0], want[0])
+    _same(got[1], want[1])
+    assert any("moment1" in n for n in got[1])
