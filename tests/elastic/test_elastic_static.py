@@ -7,9 +7,10 @@ two ranks from it (loaded), as separate jobs:
 - ``plain`` (legacy IR, CPU backend): a wide layer makes a large gradient bucket, and world
   rank 1 kills itself while it is inside the AllReduce of that bucket (the kill is armed in the
   transport call, then the real MPI_Allreduce runs and the process dies in it);
-- ``zero1_accumulate`` (PIR, INTERPRETER): ZeRO-1 and accumulate_steps=2, with the commit after
-  step 3, between the two calls of an update: the commit holds the gathered optimizer state and
-  the averaged accumulated gradient, and the two survivors finish that update.
+- ``zero1_accumulate`` (PIR, INTERPRETER, through fleet's strategy.ngraph): ZeRO-1 and
+  accumulate_steps=2, with the commit after step 3, between the two calls of an update: the
+  commit holds the gathered optimizer state and the averaged accumulated gradient, and the two
+  survivors finish that update.
 
 A third job kills world rank 0 (the writer) while it writes commit(save=True): the checkpoint
 before it stays the latest and loads, equal to the reference's of that commit; the survivors'
@@ -39,9 +40,22 @@ KILLED_WORLD_RANK = 1
 TIMEOUT = 240
 VARIANTS = {
     "plain": {"ir": "legacy", "hidden": 262144, "config": {"backend": "CPU"}},
-    "zero1_accumulate": {"ir": "pir", "hidden": 16,
+    # Through fleet: strategy.ngraph with these ngraph_configs, state.transpile() without keys.
+    "zero1_accumulate": {"ir": "pir", "hidden": 16, "fleet": True,
                          "config": {"backend": "INTERPRETER", "zero_stage": 1, "accumulate_steps": 2}},
 }
+
+
+def _fleet_optimizer(configs: dict):
+    import paddle.distributed.fleet as fleet
+
+    import paddle_ngraph  # noqa: F401  (adds strategy.ngraph)
+
+    fleet.init(is_collective=True)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = configs
+    return lambda optimizer: fleet.distributed_optimizer(optimizer, strategy)
 
 
 def _setup(variant: str, checkpoint_dir, seed: int):
@@ -54,7 +68,9 @@ def _setup(variant: str, checkpoint_dir, seed: int):
     if VARIANTS[variant]["ir"] == "legacy":
         paddle.pir_utils.OldIrGuard().__enter__()  # this process builds legacy programs only
     paddle.seed(seed)  # different on every rank: elastic.run starts them all from rank 0's
-    main, startup, loss = build(hidden=VARIANTS[variant]["hidden"])
+    settings = VARIANTS[variant]
+    wrap = _fleet_optimizer(settings["config"]) if settings.get("fleet") else None
+    main, startup, loss = build(hidden=settings["hidden"], distributed_optimizer=wrap)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
     return elastic.State(program=main, checkpoint_dir=checkpoint_dir, step=0), exe, loss
@@ -89,14 +105,20 @@ def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, s
     from static_models import batch, persistables
 
     world = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    groups, seen_on_reset = [], []
+    from paddle_ngraph.transpiler import engines_of
+
+    groups, seen_on_reset, engine_kinds = [], [], []
     state.register_reset_callbacks([lambda: seen_on_reset.append(_disk(root))])
 
     @elastic.run(min_ranks=2)
     def train(state):
-        program, (fetch,) = state.transpile([loss], **VARIANTS[variant]["config"])  # for the current group
+        settings = VARIANTS[variant]
+        keys = {} if settings.get("fleet") else settings["config"]  # fleet's: recorded at its minimize
+        program, (fetch,) = state.transpile([loss], **keys)  # for the current group
         rank, size = elastic.rank(), elastic.size()
         groups.append((size, state.step))
+        engine = engines_of(program)[0]
+        engine_kinds.append((engine.sharded is not None, engine.accumulate_steps))
         if kill == "commit" and world == 0:
             _die_while_writing(root, COMMIT_NUMBER + 1)  # the save after step 6
         while state.step < stop_at:
@@ -114,7 +136,8 @@ def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, s
             state.commit(save=True)
 
     train(state)
-    return {"persistables": persistables(state), "groups": groups, "step": state.step, "disk": seen_on_reset}
+    return {"persistables": persistables(state), "groups": groups, "step": state.step, "disk": seen_on_reset,
+            "engines": engine_kinds}
 
 
 def _disk(root):
@@ -175,6 +198,9 @@ def test_static_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(referenc
         assert result["step"] == STEPS
         assert result["groups"] == [(3, 0), (2, COMMITTED)], run.report("groups")
         assert "lost world rank(s) [1]" in run.rank_stderr[world], run.report("no recovery message")
+        # Each group's copy was transpiled with the variant's configuration (fleet's, recorded at minimize).
+        config = VARIANTS[variant]["config"]
+        assert result["engines"] == [(config.get("zero_stage", 0) == 1, config.get("accumulate_steps", 1))] * 2
         # Parameters, moments, beta powers, learning rate: every persistable variable.
         _assert_bitwise(result["persistables"], second.results[0]["persistables"], f"{variant}: world rank {world}")
     assert second.results[0]["groups"] == [(2, COMMITTED)]
