@@ -2,7 +2,8 @@
 """What an elastic commit costs per training step, committing every k steps, on zoo models.
 
     python tools/bench_elastic_commit.py --models resnet18 --ks 1,10,100
-    mpirun --with-ft ulfm -np 2 --allow-run-as-root --oversubscribe python tools/bench_elastic_commit.py
+    mpirun --with-ft ulfm -np 2 --allow-run-as-root --oversubscribe python tools/bench_elastic_commit.py \
+        --zero-stage 1        # the commit gathers the sliced optimizer state (an allgather)
 
 Each model is a static program of paddle_ngraph.zoo.vision (Momentum, 32x32 inputs, batch 8),
 held by ``elastic.State(program=...)`` and transpiled by ``state.transpile``. In every round (the
@@ -28,7 +29,7 @@ def _spread(values):
     return f"{statistics.median(values) * 1e3:.1f} ms ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f})"
 
 
-def bench(model: str, backend: str, steps: int, rounds: int, ks: list[int], root: str):
+def bench(model: str, backend: str, zero_stage: int, steps: int, rounds: int, ks: list[int], root: str):
     import paddle
 
     from paddle_ngraph import elastic
@@ -45,7 +46,7 @@ def bench(model: str, backend: str, steps: int, rounds: int, ks: list[int], root
 
     @elastic.run
     def train(state):
-        program, (fetch,) = state.transpile([loss], backend=backend)
+        program, (fetch,) = state.transpile([loss], backend=backend, zero_stage=zero_stage)
         exe.run(program, feed={"x": data[0][0], "y": data[0][1]}, fetch_list=[fetch])  # compile, warm up
         for _ in range(rounds):
             begin = time.perf_counter()
@@ -64,7 +65,7 @@ def bench(model: str, backend: str, steps: int, rounds: int, ks: list[int], root
     if elastic.rank() != 0:
         return
     step = statistics.median(timings["step"])
-    print(f"{model} ({backend} backend, {elastic.size()} rank(s), {nbytes[-1] / 2**20:.1f} MB of persistable "
+    print(f"{model} ({backend} backend, zero_stage {zero_stage}, {elastic.size()} rank(s), {nbytes[-1] / 2**20:.1f} MB of persistable "
           f"variables, {rounds} rounds): step {_spread(timings['step'])}; commit {_spread(timings['commit'])}; "
           f"commit(save=True) {_spread(timings['commit(save=True)'])}")
     print("| k | commit every k steps: ms/step | share of a step | commit(save=True) every k: ms/step | share |")
@@ -79,6 +80,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet18", help="zoo vision models, comma-separated (default resnet18)")
     p.add_argument("--backend", default="CPU")
+    p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1), help="ZeRO-1 (default 0)")
     p.add_argument("--ks", default="1,10,100", help="commit every k steps (default 1,10,100)")
     p.add_argument("--steps", type=int, default=5, help="steps timed per round (default 5)")
     p.add_argument("--rounds", type=int, default=7, help="rounds (default 7)")
@@ -90,7 +92,7 @@ def main(argv=None):
     root = args.dir or tempfile.mkdtemp(prefix="bench_elastic_")
     try:
         for model in args.models.split(","):
-            bench(model, args.backend, args.steps, args.rounds, [int(k) for k in args.ks.split(",")], root)
+            bench(model, args.backend, args.zero_stage, args.steps, args.rounds, [int(k) for k in args.ks.split(",")], root)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
