@@ -34,7 +34,8 @@ class LayerState:
     def __init__(self, model, optimizer):
         self.model, self.optimizer = model, optimizer
 
-    def snapshot(self) -> dict:
+    def snapshot(self, committed: dict | None = None) -> dict:
+        """Fresh copies (``committed`` is not written into either way)."""
         return {"model": _arrays(self.model.state_dict()),
                 "optimizer": _arrays(self.optimizer.state_dict()) if self.optimizer is not None else None}
 

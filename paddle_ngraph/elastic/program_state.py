@@ -118,26 +118,31 @@ class ProgramState:
         return found
 
     # --- commit and restore -------------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self, committed: dict | None = None) -> dict:
         """Copies of the state; collective when engines hold sliced or accumulated state (every
-        rank of the group commits at the same point)."""
+        rank of the group commits at the same point). ``committed``: the last commit, whose arrays
+        are never written into. The collectives come first: a rank lost in them leaves every
+        array as it was."""
         engines = self._engines()
+        accumulation = [_accumulation(e) for e in engines]
         sharded = [e for e in engines if e.sharded is not None and not e.sharded.stale]
         for engine in sharded:
             engine.sharded.push_full(engine.transport)
+        kept = {id(a) for a in (committed or {}).get("scope", {}).values()}
         try:
             scope = self.scope
             values = {}
             for name in self.parameters + self.others:
                 found = scope.find_var(name)
                 if found is not None and found.get_tensor()._is_initialized():
-                    values[name] = _copy_of(found.get_tensor(), self._spare.get(name))
+                    spare = self._spare.get(name)
+                    values[name] = _copy_of(found.get_tensor(), spare if id(spare) not in kept else None)
         finally:
             for engine in sharded:
                 engine.sharded.release()  # ZeRO-1's memory saving again
         self._spare, self._last = self._last, values
         scheduler = getattr(self.program, "lr_scheduler", None)
-        return {"scope": values, "engines": [_accumulation(e) for e in engines],
+        return {"scope": values, "engines": accumulation,
                 "scheduler": copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None}
 
     def restore(self, snapshot: dict):

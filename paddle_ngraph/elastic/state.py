@@ -86,7 +86,8 @@ class State:
         group commits at the same step."""
         import paddle
 
-        part = self._part.snapshot()  # first: a rank lost during its collectives leaves the last commit whole
+        # First: a rank lost during its collectives leaves the last commit whole.
+        part = self._part.snapshot(self._snapshot["state"] if self._snapshot is not None else None)
         self.commits += 1
         self._snapshot = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values)}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
