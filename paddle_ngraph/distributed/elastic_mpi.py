@@ -50,6 +50,10 @@ def _guarded(method):
 
 class ElasticMpiTransport(MpiTransport):
     name = "MPI (elastic)"
+    # No stall watchdog: ULFM reports a dead rank, and the watchdog's side channel is hosted by
+    # rank 0, which may be the rank lost; it would end the survivors (a hung, living rank is not
+    # detected: see docs/elastic.md).
+    stall_watchdog = False
 
     def __init__(self, comm=None, world_ranks: list[int] | None = None):
         MPI = import_mpi()
@@ -74,10 +78,7 @@ class ElasticMpiTransport(MpiTransport):
             if isinstance(seen, MPI.Exception) and seen.Get_error_class() in failure_classes:
                 return True
             seen = seen.__context__
-        try:
-            return bool(self.comm.Is_revoked())
-        except MPI.Exception:
-            return True
+        return self._revoked()
 
     def _mark_lost(self, where: str):
         lost = self.failed_world_ranks()
@@ -139,6 +140,18 @@ class ElasticMpiTransport(MpiTransport):
     @_guarded
     def broadcast_object(self, obj, root: int = 0):
         return self.comm.bcast(obj, root=root)
+
+    def abort(self, message: str):
+        """After a lost rank the step's error goes to ``elastic.run``, which recovers; any other
+        error ends the job as on every transport."""
+        if self.lost is None and not self._revoked():
+            super().abort(message)
+
+    def _revoked(self) -> bool:
+        try:
+            return bool(self.comm.Is_revoked())
+        except self.MPI.Exception:
+            return True
 
     def set_hierarchical(self, mode: str = "auto") -> bool:
         return False  # the node and leader communicators would need shrinking too

@@ -54,6 +54,9 @@ class Transport:
     # node (native/cpu/src/node_allreduce.cc; config key shm_allreduce, set at transpile). Used only
     # where every rank can map the others' memory, and only if every rank allows it.
     shared_memory = True
+    # Whether transpile bounds this transport's collectives with the stall watchdog (watchdog.py),
+    # which ends every rank when one stops answering.
+    stall_watchdog = True
     _groups: dict | None = None  # Transport.group's, made on first use
 
     # --- the primitives each transport provides -------------------------------------------

@@ -10,6 +10,9 @@
 
     train(state)
 
+(A static program: ``program, (loss,) = state.transpile([loss], **keys)`` inside the function,
+for ``State(program=main)``.)
+
 On a lost rank (``RankLostError`` on some survivor; the others see the revoked communicator):
 every survivor shrinks the group (MPI_Comm_shrink: they agree on who is left), takes the last
 commit of the new rank 0, runs the reset callbacks and calls the function again. Below

@@ -1,12 +1,13 @@
 """``State``: what a training step needs to be repeated exactly, and its last commit.
 
-A commit copies, in memory, the Layer's parameters and buffers, the optimizer's state (moments,
-beta powers, learning-rate scheduler), the user's values (``epoch``, ``step``, ...) and this
-process's random generators (Paddle's and NumPy's). After a rank is lost the survivors take the
-commit of the new group's rank 0 (a survivor may have committed once more than another before the
-failure reached it) and each its own generators, so that every survivor resumes from the same
-point. On disk a commit is a checkpoint of ``paddle_ngraph.checkpoint``'s layout (``step-NNNNNN``
-directories, ``latest``, written atomically) with Paddle's dygraph files in it.
+A commit copies, in memory, the model's state (a dygraph Layer's parameters, buffers and
+optimizer state: layer_state.py; a static program's persistable variables in the scope and its
+engines' accumulation state: program_state.py), the user's values (``epoch``, ``step``, ...) and
+this process's random generators (Paddle's and NumPy's). After a rank is lost the survivors take
+the commit of the new group's rank 0 (a survivor may have committed once more than another
+before the failure reached it) and each its own generators, so that every survivor resumes from
+the same point. On disk a commit is a checkpoint of ``paddle_ngraph.checkpoint``'s layout
+(``step-NNNNNN`` directories, ``latest``, written atomically) with Paddle's files in it.
 """
 from __future__ import annotations
 
@@ -18,43 +19,43 @@ import numpy as np
 
 from ..checkpoint import CheckpointError, checkpoint_step, latest_checkpoint, write_atomically
 from ..errors import ConfigError
+from .layer_state import LayerState
+from .program_state import ProgramState
 
-MODEL_FILE = "model.pdparams"
-OPTIMIZER_FILE = "model.pdopt"
 VALUES_FILE = "elastic.json"
-
-
-def _arrays(state_dict: dict) -> dict:
-    """Copies of a Paddle state dict: tensors as NumPy arrays, the rest (a scheduler's dict) deep-copied."""
-    import paddle
-
-    return {k: np.array(v, copy=True) if isinstance(v, paddle.Tensor) else copy.deepcopy(v)
-            for k, v in state_dict.items()}
-
-
-def _tensors(arrays: dict) -> dict:
-    import paddle
-
-    return {k: paddle.to_tensor(v) if isinstance(v, np.ndarray) else copy.deepcopy(v) for k, v in arrays.items()}
 
 
 class State:
     """``State(model, optimizer, checkpoint_dir=None, **values)``: a dygraph Layer (the plain one:
     wrap it in ``paddle_ngraph.DataParallel`` inside the training function, which binds the group
     of its call), its optimizer, where commits go on disk, and the user's values, read and written
-    as attributes (``state.epoch``)."""
+    as attributes (``state.epoch``).
 
-    def __init__(self, model, optimizer=None, checkpoint_dir: str | None = None, **values):
+    ``State(program=main_program, scope=None, checkpoint_dir=None, **values)``: a static program as
+    built (its startup program run, not transpiled); inside the training function
+    ``state.transpile(...)`` gives the copy that the current group runs. ``scope``: where its
+    variables live (None: ``paddle.static.global_scope()``)."""
+
+    def __init__(self, model=None, optimizer=None, checkpoint_dir: str | None = None, *, program=None, scope=None,
+                 **values):
         import paddle
 
-        if not isinstance(model, paddle.nn.Layer):
+        if program is not None:
+            if model is not None or optimizer is not None:
+                raise ConfigError("elastic.State: give a dygraph model (and its optimizer) or a static program, "
+                                  "not both")
+            part = ProgramState(program, scope)
+        elif not isinstance(model, paddle.nn.Layer):
             raise ConfigError(f"elastic.State: model must be a paddle.nn.Layer (the unwrapped one), not "
-                              f"{type(model).__name__}; static programs are not supported yet")
+                              f"{type(model).__name__}; for a static program: State(program=main_program, ...)")
+        else:
+            part = LayerState(model, optimizer)
         for key in values:
             if key in _OWN:
                 raise ConfigError(f"elastic.State: the value name '{key}' is taken by State itself")
-        self.__dict__.update(model=model, optimizer=optimizer, checkpoint_dir=checkpoint_dir, _values=dict(values),
-                             commits=0, _snapshot=None, _rng=None, _reset_callbacks=[])
+        self.__dict__.update(model=model, optimizer=optimizer, program=program, checkpoint_dir=checkpoint_dir,
+                             _part=part, _values=dict(values), commits=0, _snapshot=None, _rng=None,
+                             _reset_callbacks=[])
 
     # --- the user's values as attributes --------------------------------------------------------
     def __getattr__(self, name):
@@ -80,37 +81,47 @@ class State:
     # --- commit and restore -------------------------------------------------------------------------
     def commit(self, save: bool = False):
         """Copies the state in memory; ``save=True`` also writes it to ``checkpoint_dir`` (rank 0 of
-        the current group writes; the others return at once)."""
+        the current group writes; the others return at once). A static program's commit is
+        collective under ZeRO-1 and between the calls of an accumulated update: every rank of the
+        group commits at the same step."""
         import paddle
 
+        # First: a rank lost during its collectives leaves the last commit whole.
+        part = self._part.snapshot(self._snapshot["state"] if self._snapshot is not None else None)
         self.commits += 1
-        self._snapshot = {
-            "commit": self.commits,
-            "model": _arrays(self.model.state_dict()),
-            "optimizer": _arrays(self.optimizer.state_dict()) if self.optimizer is not None else None,
-            "values": copy.deepcopy(self._values),
-        }
+        self._snapshot = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values)}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
         if save:
             self.save()
 
     def restore(self):
-        """Puts the last commit back: parameters, optimizer state, values, random generators."""
+        """Puts the last commit back: the model's state, values, random generators."""
         import paddle
 
         snapshot = self._snapshot
         if snapshot is None:
             raise ConfigError("elastic.State.restore: nothing committed yet")
-        self.model.set_state_dict(_tensors(snapshot["model"]))
-        for param in self.model.parameters():
-            param.clear_gradient(False)  # a failed step may have left gradients behind
-        if self.optimizer is not None and snapshot["optimizer"] is not None:
-            _restore_optimizer(self.optimizer, snapshot["optimizer"])
+        self._part.restore(snapshot["state"])
         self.__dict__["_values"] = copy.deepcopy(snapshot["values"])
         self.commits = snapshot["commit"]
         if self._rng is not None:
             paddle.set_rng_state(self._rng[0])
             np.random.set_state(self._rng[1])
+
+    def transpile(self, fetch_list=(), config=None, **overrides):
+        """For ``State(program=...)``, inside the training function: ``(program, fetch_list)``, a
+        copy of the program transpiled (``paddle_ngraph.transpile(program, config, **overrides)``)
+        for the current group, and the handles of ``fetch_list`` (Variables, Values or names of
+        the program given to State) in that copy, to pass to ``exe.run``. The copy of the previous
+        group is freed; the new one resumes from the last commit."""
+        from .group import start_group
+
+        if not isinstance(self._part, ProgramState):
+            raise ConfigError("elastic.State.transpile: this State holds a dygraph Layer; wrap it in "
+                              "paddle_ngraph.DataParallel inside the training function instead")
+        transport = start_group()
+        return self._part.transpile(fetch_list, config, overrides, transport,
+                                    self._snapshot["state"] if self._snapshot is not None else None)
 
     def sync(self, transport):
         """Every member of ``transport``'s group takes the last commit of its rank 0, and restores it."""
@@ -126,8 +137,6 @@ class State:
     def save(self, root: str | None = None, rank: int | None = None) -> str | None:
         """Writes the last commit under ``root`` (default ``checkpoint_dir``) as checkpoint
         ``step-<commit number>``; returns its directory on rank 0, None elsewhere."""
-        import paddle
-
         from .group import current_rank
 
         root = root or self.checkpoint_dir
@@ -145,17 +154,15 @@ class State:
                               f"dicts): {e}") from None
 
         def write(directory):
-            paddle.save(_tensors(snapshot["model"]), os.path.join(directory, MODEL_FILE))
-            if snapshot["optimizer"] is not None:
-                paddle.save(_tensors(snapshot["optimizer"]), os.path.join(directory, OPTIMIZER_FILE))
+            self._part.write(directory, snapshot["state"])
             with open(os.path.join(directory, VALUES_FILE), "w") as f:
                 f.write(values)
 
         return write_atomically(root, snapshot["commit"], write)
 
     def load(self, root: str | None = None) -> int | None:
-        """Loads the last checkpoint under ``root`` (default ``checkpoint_dir``) into the Layer, the
-        optimizer and the values, and commits it; returns its commit number (None: none there)."""
+        """Loads the last checkpoint under ``root`` (default ``checkpoint_dir``) into the model's
+        state and the values, and commits it; returns its commit number (None: none there)."""
         import paddle
 
         root = root or self.checkpoint_dir
@@ -163,38 +170,17 @@ class State:
         if path is None:
             return None
         try:
-            self.model.set_state_dict(paddle.load(os.path.join(path, MODEL_FILE)))
-            if self.optimizer is not None and os.path.exists(os.path.join(path, OPTIMIZER_FILE)):
-                self.optimizer.set_state_dict(paddle.load(os.path.join(path, OPTIMIZER_FILE)))
+            part = self._part.read(path)
             with open(os.path.join(path, VALUES_FILE)) as f:
                 saved = json.load(f)
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, EOFError) as e:
             raise CheckpointError(f"checkpoint {path}: {type(e).__name__}: {e}") from e
         self.__dict__["_values"].update(saved["values"])
-        self.commits = checkpoint_step(path) - 1
-        self.commit()
+        self.commits = checkpoint_step(path)
+        self.__dict__["_snapshot"] = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values)}
+        self._rng = (paddle.get_rng_state(), np.random.get_state())
         return self.commits
 
 
-def _restore_optimizer(optimizer, saved: dict):
-    """The optimizer's state as committed. Paddle creates accumulators (moments, beta powers) at
-    the first step; a commit taken before it has none, and Paddle's ``set_state_dict`` refuses a
-    dict that lacks accumulators the optimizer has. Then the accumulators are dropped, so that the
-    next step creates them afresh, as the first step after the commit did."""
-    import paddle
-
-    current = {k for k, v in optimizer.state_dict().items() if isinstance(v, paddle.Tensor)}
-    if current <= set(saved):
-        optimizer.set_state_dict(_tensors(saved))  # into the existing tensors
-        return
-    # Paddle's accumulators by name, and the parameters it made them for: both cleared, the next
-    # step makes them again (Adam, Momentum, ... check the set before creating).
-    optimizer._accumulators.clear()
-    optimizer._already_create_accumulator.clear()
-    optimizer.set_state_dict(_tensors(saved))
-    # set_state_dict keeps the dict to fill accumulators created later; only tensors belong there.
-    optimizer._accumulators_holder = {k: v for k, v in optimizer._accumulators_holder.items()
-                                      if isinstance(v, paddle.Tensor)}
-
-
-_OWN = ("model", "optimizer", "checkpoint_dir", "commits", "_snapshot", "_rng", "_values", "_reset_callbacks")
+_OWN = ("model", "optimizer", "program", "checkpoint_dir", "commits", "_part", "_snapshot", "_rng", "_values",
+        "_reset_callbacks")

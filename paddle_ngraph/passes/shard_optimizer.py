@@ -100,10 +100,10 @@ class ShardOptimizer(FunctionPass):
 
     @staticmethod
     def _sharded_state_inputs(node) -> tuple:
-        """The state inputs with the parameter's shape (moments, velocity): those are sliced.
-        Scalar state (Adam's beta powers) stays whole."""
-        param_shape = node.input_type(node.param_input).shape
-        return tuple(i for i in node.state_inputs if node.input_type(i).shape == param_shape)
+        """The state with one value per element of the parameter (moments, velocity), as the update
+        declares it: those are sliced. State of one value per parameter (Adam's beta powers) stays
+        whole, even where a (1,) parameter has its shape."""
+        return tuple(node.elementwise_state_inputs)
 
     @staticmethod
     def _group_key(node) -> tuple:

@@ -27,7 +27,7 @@ from .rewrite import rewrite_legacy, rewrite_pir
 from .schedules import AccumulationSchedule, LocalSGDSchedule, Schedule, Variant
 from .sharded_state import ShardedState
 
-__all__ = ["transpile", "engines", "release", "Config"]
+__all__ = ["transpile", "engines", "engines_of", "release", "Config"]
 log = logging.getLogger("paddle_ngraph.transpiler")
 
 
@@ -99,6 +99,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
     if engines and plan.fallback and transport.size > 1:
         _start_paddle_state_equal(view, plan, engines, transport)
     original = originals.remember(view)  # for evaluation clones, export and fetch checks
+    original.config = config
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:
@@ -210,7 +211,7 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
         slices = [p.name for p in function.parameters if p.role is Role.SHARD]
         sharded = ShardedState(lowered.sharding.buckets, slices, transport.rank, transport.size)
     watchdog = None
-    if transport.size > 1:
+    if transport.size > 1 and transport.stall_watchdog:
         from ..distributed.watchdog import watchdog_for
 
         watchdog = watchdog_for(transport, config.timeout_s)
@@ -298,16 +299,26 @@ def _is_optimizer_state(name: str, view) -> bool:
     return any(name in op.output_names() for op in view.ops if op.role == "optimize")
 
 
+def _engine_ids(program) -> list[int]:
+    """The ids of the engine operators of a transpiled ``program``, in program order."""
+    ops = program.global_block().ops
+    if ops and hasattr(ops[0], "name") and callable(ops[0].name):
+        return [int(op.attrs()["engine_id"]) for op in ops if is_engine_op(op.name())]
+    return [int(op.attr("engine_id")) for op in ops if is_engine_op(op.type)]
+
+
+def engines_of(program) -> list[Engine]:
+    """The engines a transpiled ``program`` runs, in program order (none: not transpiled)."""
+    by_id = {e.id: e for e in engines()}
+    return [by_id[i] for i in _engine_ids(program) if i in by_id]
+
+
 def release(program) -> int:
     """Frees the engines of a transpiled ``program`` (compiled functions, their memory); the
     program can no longer run. Returns how many were freed. For processes that transpile many
     programs: an engine otherwise lives as long as the process."""
-    if hasattr(program, "global_block") and hasattr(program.global_block().ops[0], "name") \
-            and callable(program.global_block().ops[0].name):
-        ids = [op.attrs()["engine_id"] for op in program.global_block().ops if is_engine_op(op.name())]
-    else:
-        ids = [op.attr("engine_id") for op in program.global_block().ops if is_engine_op(op.type)]
+    ids = _engine_ids(program)
     for engine_id in ids:
-        _bridge.unregister_engine(int(engine_id))
+        _bridge.unregister_engine(engine_id)
     originals.forget(program)
     return len(ids)

@@ -40,6 +40,7 @@ class Original:
     values: dict = field(default_factory=dict)   # PIR: value.id -> the copy's value
     names: dict = field(default_factory=dict)    # PIR: value.id -> what made it, for messages
     erased: set = field(default_factory=set)     # PIR: ids of erased values; legacy: names no op writes
+    config: object = None       # the Config it was transpiled with (elastic transpiles the copy again)
 
 
 _ORIGINALS: dict[int, Original] = {}

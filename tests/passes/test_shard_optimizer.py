@@ -90,3 +90,22 @@ def test_norm_based_updates_are_not_sliced_and_keep_their_allreduce(optimizer):
             assert node.inputs[node.grad_input].node.op_type == "AllReduce"
     assert not any(p.name.startswith(SHARD_PREFIX) for p in function.parameters)
 
+
+
+def test_a_bucket_led_by_a_one_element_parameter_slices_the_moments_not_the_beta_powers():
+    """Adam's beta powers have shape (1,): so has a (1,) bias. Which state is sliced is the update's
+    to say (its moments), not a shape comparison with the bucket's first parameter."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [4, 6], "float32")
+        out = paddle.nn.Linear(16, 1)(paddle.nn.functional.relu(paddle.nn.Linear(6, 16)(x)))
+        paddle.optimizer.Adam(0.01).minimize(paddle.mean(out))
+    function = paddle_ngraph.convert(main)
+    pows = sorted(p.name for p in function.parameters if "_pow_acc" in p.name)
+    shard = ShardOptimizer(3, bucket_bytes=1)  # a bucket per parameter: the (1,) bias leads its own
+    PassManager([shard, InsertAllReduce(3)]).run(function)
+    assert any(b.sizes == [1] for b in shard.buckets)
+    for b in shard.buckets:
+        assert len(b.slices) == 3, b.slices  # the parameters, moment 1, moment 2
+    names = {p.name for p in function.parameters}
+    assert set(pows) <= names and all(STATE_PREFIX + n in function.results for n in pows)

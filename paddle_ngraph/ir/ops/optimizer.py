@@ -16,6 +16,9 @@ class OptimizerUpdate(Node):
     lr_input = 2
     #: input index of each state tensor that is returned updated, in output order after the param
     state_inputs: tuple = ()
+    #: those of them with one value per element of the parameter (moments, velocity), which ZeRO-1
+    #: slices with it; the others are one value per parameter (Adam's beta powers)
+    elementwise_state_inputs: tuple = ()
 
     def infer(self):
         param, grad, lr = (self.input_type(i) for i in range(3))
@@ -44,6 +47,7 @@ class MomentumUpdate(OptimizerUpdate):
     attributes = {"mu": 0.9, "use_nesterov": False, "regularization_coeff": 0.0, "rescale_grad": 1.0}
     num_inputs = 4
     state_inputs = (3,)
+    elementwise_state_inputs = (3,)
 
 
 @register_op
@@ -54,6 +58,7 @@ class AdamUpdate(OptimizerUpdate):
     attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.0, "lr_ratio": 1.0}
     num_inputs = 7
     state_inputs = (3, 4, 5, 6)
+    elementwise_state_inputs = (3, 4)
 
 
 @register_op
@@ -69,6 +74,7 @@ class LambUpdate(OptimizerUpdate):
     attributes = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01, "always_adapt": False}
     num_inputs = 7
     state_inputs = (3, 4, 5, 6)
+    elementwise_state_inputs = (3, 4)
 
 
 @register_op
@@ -87,6 +93,7 @@ class LarsMomentumUpdate(OptimizerUpdate):
     attributes = {"mu": 0.9, "lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0, "rescale_grad": 1.0}
     num_inputs = 4
     state_inputs = (3,)
+    elementwise_state_inputs = (3,)
 
     def infer(self):
         types = super().infer()

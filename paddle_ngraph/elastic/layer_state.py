@@ -1,0 +1,84 @@
+"""What a commit copies of a dygraph job: the Layer's state dict and its optimizer's.
+
+On disk: ``model.pdparams`` and ``model.pdopt`` (``paddle.save`` of the two state dicts), as a
+dygraph user saves them.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+
+MODEL_FILE = "model.pdparams"
+OPTIMIZER_FILE = "model.pdopt"
+
+
+def _arrays(state_dict: dict) -> dict:
+    """Copies of a Paddle state dict: tensors as NumPy arrays, the rest (a scheduler's dict) deep-copied."""
+    import paddle
+
+    return {k: np.array(v, copy=True) if isinstance(v, paddle.Tensor) else copy.deepcopy(v)
+            for k, v in state_dict.items()}
+
+
+def _tensors(arrays: dict) -> dict:
+    import paddle
+
+    return {k: paddle.to_tensor(v) if isinstance(v, np.ndarray) else copy.deepcopy(v) for k, v in arrays.items()}
+
+
+class LayerState:
+    """A ``paddle.nn.Layer`` (the unwrapped one) and its optimizer (or None)."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def snapshot(self, committed: dict | None = None) -> dict:
+        """Fresh copies (``committed`` is not written into either way)."""
+        return {"model": _arrays(self.model.state_dict()),
+                "optimizer": _arrays(self.optimizer.state_dict()) if self.optimizer is not None else None}
+
+    def restore(self, snapshot: dict):
+        self.model.set_state_dict(_tensors(snapshot["model"]))
+        for param in self.model.parameters():
+            param.clear_gradient(False)  # a failed step may have left gradients behind
+        if self.optimizer is not None and snapshot["optimizer"] is not None:
+            _restore_optimizer(self.optimizer, snapshot["optimizer"])
+
+    def write(self, directory: str, snapshot: dict):
+        import paddle
+
+        paddle.save(_tensors(snapshot["model"]), os.path.join(directory, MODEL_FILE))
+        if snapshot["optimizer"] is not None:
+            paddle.save(_tensors(snapshot["optimizer"]), os.path.join(directory, OPTIMIZER_FILE))
+
+    def read(self, path: str) -> dict:
+        """Loads a checkpoint directory into the Layer and the optimizer; returns it as a commit."""
+        import paddle
+
+        self.model.set_state_dict(paddle.load(os.path.join(path, MODEL_FILE)))
+        if self.optimizer is not None and os.path.exists(os.path.join(path, OPTIMIZER_FILE)):
+            self.optimizer.set_state_dict(paddle.load(os.path.join(path, OPTIMIZER_FILE)))
+        return self.snapshot()
+
+
+def _restore_optimizer(optimizer, saved: dict):
+    """The optimizer's state as committed. Paddle creates accumulators (moments, beta powers) at
+    the first step; a commit taken before it has none, and Paddle's ``set_state_dict`` refuses a
+    dict that lacks accumulators the optimizer has. Then the accumulators are dropped, so that the
+    next step creates them afresh, as the first step after the commit did."""
+    import paddle
+
+    current = {k for k, v in optimizer.state_dict().items() if isinstance(v, paddle.Tensor)}
+    if current <= set(saved):
+        optimizer.set_state_dict(_tensors(saved))  # into the existing tensors
+        return
+    # Paddle's accumulators by name, and the parameters it made them for: both cleared, the next
+    # step makes them again (Adam, Momentum, ... check the set before creating).
+    optimizer._accumulators.clear()
+    optimizer._already_create_accumulator.clear()
+    optimizer.set_state_dict(_tensors(saved))
+    # set_state_dict keeps the dict to fill accumulators created later; only tensors belong there.
+    optimizer._accumulators_holder = {k: v for k, v in optimizer._accumulators_holder.items()
+                                      if isinstance(v, paddle.Tensor)}
