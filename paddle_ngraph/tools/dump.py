@@ -57,12 +57,13 @@ examples:
   paddle-ngraph-dump mnist.pdmodel --precision bf16 --report   # which nodes compute in bf16
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --passes dumps/   # dumps/NN_<pass>.json|.txt
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --config my.yaml --set accumulate_steps=4
+  paddle-ngraph-dump mp.pdmodel --nranks 4 --mp-degree 2 --rank 2 --report   # tensor parallel: groups
 
 configuration:
   the keys of paddle_ngraph.Config (configs/defaults.yaml), as transpile takes
   them: --config FILE (YAML), then --set KEY=VALUE (repeatable, YAML values),
   then the shortcut flags (--bucket-mb, --min-buckets, --zero-stage, --compress,
-  --precision); keys not given take Config's defaults, as in transpile.
+  --precision, --mp-degree); keys not given take Config's defaults, as in transpile.
 
 exit codes:
   0  done
