@@ -10,7 +10,8 @@ batch, each on the CPU backend:
 
 They run in interleaved rounds (each round starts every setup once, a fresh job each), so a noisy
 minute of the shared machine hits every setup alike; the report gives per setup the median step time
-over rounds (a step lasts as long as its slowest rank's median step) with its spread (min-max), and
+over rounds (a step lasts as long as its slowest rank's median step) with its spread (min-max), the
+median over rounds of its step time over the one process's of the same round (with its spread), and
 per rank: the bytes of the parameters and of the optimizer state in its scope, the CPU backend's
 arena (its memory plan's peak of intermediate values), and the peak RSS. The communication share
 comes from the timeline (backends/timeline.py, PADDLE_NGRAPH_TIMELINE): per step, the collectives'
@@ -195,6 +196,7 @@ def run_mp(args, launch_command, quiet_env, interleaved_rounds) -> dict:
         return job
 
     runs = interleaved_rounds(list(MP_SETUPS), args.rounds, lambda label: label, run)
+    single = runs["one process"]
     rows = []
     for label, jobs in runs.items():
         ranks, mp = MP_SETUPS[label]
@@ -203,6 +205,9 @@ def run_mp(args, launch_command, quiet_env, interleaved_rounds) -> dict:
             rows.append({"setup": label, "status": "failed", "reason": jobs[0]["reason"]})
             continue
         ms = [j["ms_per_step"] for j in ok]
+        # Each round against the one process of the same round: the load of the moment cancels.
+        ratios = [j["ms_per_step"] / b["ms_per_step"] for j, b in zip(jobs, single)
+                  if j["status"] == "ok" and b["status"] == "ok"]
         last = ok[-1]["ranks"]
 
         def over_rounds(key, ok=ok):  # median over rounds of the larger rank's value
@@ -210,7 +215,9 @@ def run_mp(args, launch_command, quiet_env, interleaved_rounds) -> dict:
             return statistics.median(values) if values else None
 
         rows.append({"setup": label, "status": "ok", "ranks": ranks, "mp_degree": mp, "rounds_ok": len(ok),
-                     "ms_per_step": statistics.median(ms), "ms_spread": [min(ms), max(ms)],
+                     "ms_per_step": statistics.median(ms), "ms_spread": [min(ms), max(ms)], "ms_rounds": ms,
+                     "vs_one_process": statistics.median(ratios) if ratios else None,
+                     "vs_one_process_spread": [min(ratios), max(ratios)] if ratios else None,
                      "param_bytes": max(r["param_bytes"] for r in last),
                      "state_bytes": max(r["state_bytes"] for r in last),
                      "arena_bytes": max((r["arena_bytes"] or 0) for r in last),
@@ -231,16 +238,18 @@ def mp_header(section: dict, machine: str, date: str) -> str:
 def mp_lines(section: dict) -> list[str]:
     """The table as Markdown lines."""
     mib = lambda n: f"{n / 2**20:.2f}"  # noqa: E731
-    lines = ["| setup | ranks | ms/step (spread) | params MiB/rank | optimizer state MiB/rank | arena MiB/rank "
+    lines = ["| setup | ranks | ms/step (spread) | / one process (spread) | params MiB/rank | optimizer state MiB/rank | arena MiB/rank "
              "| peak RSS MiB | comm share | waited | loss |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in section["rows"]:
         if row["status"] != "ok":
-            lines.append(f"| {row['setup']} | | {row['status']}: {row['reason'][:160]} | | | | | | | |")
+            lines.append(f"| {row['setup']} | | {row['status']}: {row['reason'][:160]} | | | | | | | | |")
             continue
         share = lambda v: "" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+        ratio = "" if row["vs_one_process"] is None else (
+            f"{row['vs_one_process']:.2f} ({row['vs_one_process_spread'][0]:.2f}-{row['vs_one_process_spread'][1]:.2f})")
         lines.append(f"| {row['setup']} | {row['ranks']} | {row['ms_per_step']:.1f} ({row['ms_spread'][0]:.1f}-"
-                     f"{row['ms_spread'][1]:.1f}) | {mib(row['param_bytes'])} | {mib(row['state_bytes'])} | "
+                     f"{row['ms_spread'][1]:.1f}) | {ratio} | {mib(row['param_bytes'])} | {mib(row['state_bytes'])} | "
                      f"{mib(row['arena_bytes'])} | {row['peak_rss_mb']:.0f} | {share(row['comm_share'])} | "
                      f"{share(row['wait_share'])} | {row['loss']:.4f} |")
     return lines

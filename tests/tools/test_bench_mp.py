@@ -23,6 +23,8 @@ def test_mp_mode_smoke_reports_step_time_memory_and_communication(tmp_path):
     assert list(rows) == ["one process", "dp=2", "mp=2"]
     assert all(r["status"] == "ok" and r["ms_per_step"] > 0 and r["arena_bytes"] > 0 for r in rows.values())
     single, dp, mp = rows["one process"], rows["dp=2"], rows["mp=2"]
+    assert single["vs_one_process"] == 1.0
+    assert mp["vs_one_process"] == pytest.approx(mp["ms_per_step"] / single["ms_per_step"])  # one round
     # The same model on the same global batch from the same weights: the same loss, up to rounding.
     assert dp["loss"] == pytest.approx(single["loss"], rel=1e-4)
     assert mp["loss"] == pytest.approx(single["loss"], rel=1e-4)
