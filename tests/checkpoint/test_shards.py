@@ -1,11 +1,10 @@
 """The files of a model-parallel checkpoint (checkpoint/shards.py) in one process: the dense state
 reassembled from shard files as paddle.static.save writes them, and the refusals (typed, naming the
 checkpoint and the variable). Training, saving and resuming on ranks: tests/distributed/test_model_parallel_checkpoint.py."""
+import importlib.util
 import json
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -76,11 +75,21 @@ def test_the_manifest_records_the_degrees_and_axes(tmp_path):
                                 "shard_axes": {"emb": 0, "w": 1}}
 
 
-def test_the_tool_says_what_it_does_and_refuses_a_dense_checkpoint(tmp_path):
-    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "assemble_checkpoint.py")
-    proc = subprocess.run([sys.executable, tool, "--help"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "concatenated along its axis" in proc.stdout
+def _tool():
+    """tools/assemble_checkpoint.py as a module (the command runs it as a script; tests/distributed/
+    test_model_parallel_checkpoint.py runs it so on a real checkpoint)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "assemble_checkpoint.py")
+    spec = importlib.util.spec_from_file_location("assemble_checkpoint", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tool_says_what_it_does_and_refuses_a_dense_checkpoint(tmp_path, capsys):
+    tool = _tool()
+    with pytest.raises(SystemExit) as done:
+        tool.main(["--help"])
+    assert done.value.code == 0 and "concatenated along its axis" in capsys.readouterr().out
     os.makedirs(tmp_path / "step-000004")
-    proc = subprocess.run([sys.executable, tool, str(tmp_path / "step-000004"), str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "step-000004: no shards.json" in proc.stderr
+    assert tool.main([str(tmp_path / "step-000004"), str(tmp_path / "out")]) == 1
+    assert "step-000004: no shards.json" in capsys.readouterr().err

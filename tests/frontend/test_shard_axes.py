@@ -4,16 +4,12 @@ axis found for each of split's shards is the one the example cuts its dense weig
 from its file (without them); the parameters every rank holds whole are not listed; Adam's moments
 follow their parameter.
 
-The program is built in a process of its own: ``paddle.distributed.split`` needs ``fleet.init``.
+``paddle.distributed.split`` needs ``fleet.init`` (of one process here, as tests/fleet/test_strategy.py's).
 """
-import json
 import os
-import subprocess
 import sys
 
 import pytest
-
-from paddle_ngraph.quiet import quiet_env
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 
@@ -37,7 +33,7 @@ def build_and_read(path: str) -> dict:
     a = argparse.Namespace(vocab=16, dim=8, heads=2, ffn=16, seq_len=4, batch_size=2, seed=1, lr=1e-3)
     with paddle.pir_utils.OldIrGuard():
         main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
             _, _, loss = example.build(a, 2, 0)
             paddle.optimizer.Adam(a.lr).minimize(loss)
         in_memory = shard_axes(decode(main))
@@ -51,13 +47,7 @@ def build_and_read(path: str) -> dict:
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
-    out = tmp_path_factory.mktemp("axes")
-    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-            f"import test_shard_axes as t; json.dump(t.build_and_read({str(out / 'tp.pdmodel')!r}), "
-            f"open({str(out / 'axes.json')!r}, 'w'))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=quiet_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "axes.json").read_text())
+    return build_and_read(str(tmp_path_factory.mktemp("axes") / "tp.pdmodel"))
 
 
 @pytest.mark.parametrize("source", ["in_memory", "read_back"])

@@ -3,17 +3,13 @@ collective with the group of ranks it runs over, seen from the rank given by --r
 buckets over the data-parallel group with their own parameters, and the axis of each sharded parameter.
 
 The program is the one ``paddle.distributed.split`` builds for the first shard (mp rank 0) of
-mp_degree 2 (a parallel embedding, a column-, a row- and a gathered column-parallel linear), saved by
-a process of its own (split needs ``fleet.init``), as a legacy ProgramDesc: the file loses Paddle's
-``is_distributed`` flags, so the sharded parameters are found from split's layers.
+mp_degree 2 (a parallel embedding, a column-, a row- and a gathered column-parallel linear), built here
+after ``fleet.init`` of one process (split needs it; tests/fleet/test_strategy.py calls it so too) and
+saved as a legacy ProgramDesc: the file loses Paddle's ``is_distributed`` flags, so the sharded parameters are found
+from split's layers.
 """
-import os
-import subprocess
-import sys
-
 import pytest
 
-from paddle_ngraph.quiet import quiet_env
 from paddle_ngraph.tools import dump
 
 EMBEDDING, COLUMN, ROW, GATHERED = "_parallel_embedding_0.w_0", "linear_0", "linear_1", "linear_2"
@@ -28,7 +24,7 @@ def build(path: str):
     split = paddle.distributed.split
     with paddle.pir_utils.OldIrGuard():
         main, startup = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, startup):
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
             ids = paddle.static.data("ids", [4, 3], "int64")
             y = paddle.static.data("y", [4, 1], "int64")
             h = paddle.reshape(split(ids, (8, 6), "embedding", num_partitions=2), [4, 18])
@@ -44,9 +40,7 @@ def build(path: str):
 @pytest.fixture(scope="module")
 def mp_program(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("mp") / "mp.pdmodel")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), path], capture_output=True, text=True,
-                          timeout=180, env=quiet_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    build(path)
     return path
 
 
@@ -110,7 +104,3 @@ def test_dot_shows_the_ranks_and_a_bad_rank_is_exit_2(mp_program, capsys):
     assert "AllGather\\nc_concat" in out and "ranks (0, 1)" in out and "ranks (1, 3)" in out
     rc, out, err = run_tool(capsys, mp_program, "--nranks", "2", "--mp-degree", "2", "--rank", "2")
     assert rc == 2 and err.strip() == "paddle-ngraph-dump: --rank 2 is not one of the --nranks 2 ranks"
-
-
-if __name__ == "__main__":
-    build(sys.argv[1])
