@@ -41,10 +41,10 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
     Returns the checkpoint directory on the ranks that wrote (rank 0; with model parallelism the
     first replica of each shard), None on the other ranks (which write nothing).
     """
-    from ..transpiler import engines
+    from ..transpiler import engines_of
 
     _check_no_pending_accumulation(step)
-    layout = layout_of(engines())
+    layout = layout_of(engines_of(program))
     if layout is not None:
         return _save_shards(program, root, step, layout)
     sharded = _sharded_engines()
@@ -138,9 +138,9 @@ def load_checkpoint(program, root: str) -> int | None:
     path = latest_checkpoint(root)
     if path is None:
         return None
-    from ..transpiler import engines
+    from ..transpiler import engines, engines_of
 
-    prefix = _shard_to_load(path, layout_of(engines()))
+    prefix = _shard_to_load(path, layout_of(engines_of(program)))
     for engine in engines():
         if engine.sharded is not None:
             engine.sharded.allocate_full()

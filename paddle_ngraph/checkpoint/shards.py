@@ -49,7 +49,7 @@ class ShardLayout:
 
 
 def layout_of(engines) -> ShardLayout | None:
-    """The layout of this process's model-parallel engines; None without model parallelism."""
+    """The layout of a program's model-parallel ``engines``; None without model parallelism."""
     parallel = [e for e in engines if e.replicas is not None]
     if not parallel:
         return None

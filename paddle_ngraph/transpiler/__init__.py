@@ -28,7 +28,7 @@ from .rewrite import rewrite_legacy, rewrite_pir
 from .schedules import AccumulationSchedule, LocalSGDSchedule, Schedule, Variant
 from .sharded_state import ShardedState
 
-__all__ = ["transpile", "engines", "release", "Config"]
+__all__ = ["transpile", "engines", "engines_of", "release", "Config"]
 log = logging.getLogger("paddle_ngraph.transpiler")
 
 
@@ -301,15 +301,25 @@ def _is_optimizer_state(name: str, view) -> bool:
     return any(name in op.output_names() for op in view.ops if op.role == "optimize")
 
 
+def _engine_ids(program) -> list[int]:
+    """The ids of the engines whose operators a transpiled ``program`` holds (PIR or legacy)."""
+    ops = program.global_block().ops
+    if ops and hasattr(ops[0], "name") and callable(ops[0].name):
+        return [int(op.attrs()["engine_id"]) for op in ops if is_engine_op(op.name())]
+    return [int(op.attr("engine_id")) for op in ops if is_engine_op(op.type)]
+
+
+def engines_of(program) -> list[Engine]:
+    """The engines that run ``program`` (transpiled in place), oldest first; none before transpile."""
+    ids = set(_engine_ids(program))
+    return [e for e in engines() if e.id in ids]
+
+
 def release(program) -> int:
     """Frees the engines of a transpiled ``program`` (compiled functions, their memory); the
     program can no longer run. Returns how many were freed. For processes that transpile many
     programs: an engine otherwise lives as long as the process."""
-    if hasattr(program, "global_block") and hasattr(program.global_block().ops[0], "name") \
-            and callable(program.global_block().ops[0].name):
-        ids = [op.attrs()["engine_id"] for op in program.global_block().ops if is_engine_op(op.name())]
-    else:
-        ids = [op.attr("engine_id") for op in program.global_block().ops if is_engine_op(op.type)]
+    ids = _engine_ids(program)
     for engine_id in ids:
         _bridge.unregister_engine(int(engine_id))
     originals.forget(program)
