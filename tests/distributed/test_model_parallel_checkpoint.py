@@ -1,5 +1,6 @@
 """Checkpoints of a tensor-parallel legacy static program (docs/model-parallel.md, checkpoint/shards.py),
-on 4 ranks (2 data-parallel replicas of a model sharded over mp_degree 2), under the real mpirun.
+on 4 ranks (2 data-parallel replicas of a model sharded over mp_degree 2), under the real mpirun, on
+both backends (each job trains a program per backend).
 
 Two jobs. The first trains the model 7 steps straight (recording its state after 5) and, in a scope
 of its own, 3 steps that it saves. The second, a new job, loads that checkpoint, trains 2 more steps,
@@ -23,6 +24,7 @@ ASSEMBLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", 
 VOCAB, EMB, SEQ, HIDDEN, MIDDLE, CLASSES = 8, 6, 3, 10, 6, 4
 BATCH, LR, SEED, MP, NRANKS = 4, 0.05, 11, 2, 4
 SAVED_AT, RESUMED_TO, STRAIGHT = 3, 5, 7
+BACKENDS = ("CPU", "INTERPRETER")
 # name -> (full shape, the axis split's layer cuts, or None: whole on every rank)
 PARAMS = {"emb": ((VOCAB, EMB), 0),
           "w0": ((SEQ * EMB, HIDDEN), 1), "b0": ((HIDDEN,), 0),    # column-parallel
@@ -46,22 +48,29 @@ def _attr(name, value):
     return paddle.ParamAttr(name=name, initializer=paddle.nn.initializer.Assign(value))
 
 
-def _init_fleet():
+def _strategy(backend: str):
     import paddle_ngraph  # noqa: F401  # strategy.ngraph
+    import paddle.distributed.fleet as fleet
+
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = {"backend": backend}
+    strategy.hybrid_configs = {"dp_degree": NRANKS // MP, "mp_degree": MP}
+    return strategy
+
+
+def _init_fleet():
     import paddle
     import paddle.distributed.fleet as fleet
 
     paddle.enable_static()
-    strategy = fleet.DistributedStrategy()
-    strategy.ngraph = True
-    strategy.ngraph_configs = {"backend": "CPU"}
-    strategy.hybrid_configs = {"dp_degree": NRANKS // MP, "mp_degree": MP}
-    fleet.init(is_collective=True, strategy=strategy)
+    fleet.init(is_collective=True, strategy=_strategy("CPU"))
     return fleet.worker_index()
 
 
-def _build_mp(rank: int):
-    """The model sharded as this rank holds it, trained by Adam (whose moments are sharded too)."""
+def _build_mp(rank: int, backend: str):
+    """The model sharded as this rank holds it, trained by Adam (whose moments are sharded too) on
+    ``backend`` (the strategy given to distributed_optimizer, over fleet.init's)."""
     import paddle
     import paddle.distributed.fleet as fleet
 
@@ -83,7 +92,7 @@ def _build_mp(rank: int):
         h = split(h, (MIDDLE, CLASSES), "linear", axis=1, num_partitions=MP, gather_out=True,
                   weight_attr=_attr("w2", weights["w2"]), bias_attr=_attr("b2", weights["b2"]))
         loss = paddle.mean(paddle.nn.functional.cross_entropy(h, y))
-        fleet.distributed_optimizer(paddle.optimizer.Adam(LR)).minimize(loss)
+        fleet.distributed_optimizer(paddle.optimizer.Adam(LR), strategy=_strategy(backend)).minimize(loss)
     return main, startup, loss
 
 
@@ -112,22 +121,27 @@ def _train(exe, main, loss, steps, replica, on_step=None):
 
 
 def first_job(root: str):
-    """The straight run (state after RESUMED_TO steps kept), and a run of SAVED_AT steps saved."""
+    """Per backend: the straight run (state after RESUMED_TO steps kept), and a run of SAVED_AT
+    steps saved under ``root/<backend>``."""
+    rank = _init_fleet()
+    return {backend: _first_run(os.path.join(root, backend), rank, backend) for backend in BACKENDS}
+
+
+def _first_run(root: str, rank: int, backend: str):
     import paddle
     import paddle_ngraph
 
-    rank = _init_fleet()
     replica = rank // MP
     with paddle.pir_utils.OldIrGuard():
         with paddle.static.scope_guard(paddle.static.Scope()):
-            main, startup, loss = _build_mp(rank)
+            main, startup, loss = _build_mp(rank, backend)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
             kept = {}
             straight = _train(exe, main, loss, range(STRAIGHT), replica,
                               lambda done: kept.update(_persistables(main)) if done == RESUMED_TO else None)
         with paddle.static.scope_guard(paddle.static.Scope()):
-            main, startup, loss = _build_mp(rank)
+            main, startup, loss = _build_mp(rank, backend)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
             _train(exe, main, loss, range(SAVED_AT), replica)
@@ -136,14 +150,19 @@ def first_job(root: str):
 
 
 def resume_job(root: str):
-    """A new job: loads the last checkpoint, trains to RESUMED_TO, saves, trains on to STRAIGHT."""
+    """A new job, per backend: loads the last checkpoint of ``root/<backend>``, trains to RESUMED_TO,
+    saves, trains on to STRAIGHT."""
+    rank = _init_fleet()
+    return {backend: _resumed_run(os.path.join(root, backend), rank, backend) for backend in BACKENDS}
+
+
+def _resumed_run(root: str, rank: int, backend: str):
     import paddle
     import paddle_ngraph
 
-    rank = _init_fleet()
     replica = rank // MP
-    with paddle.pir_utils.OldIrGuard():
-        main, startup, loss = _build_mp(rank)
+    with paddle.pir_utils.OldIrGuard(), paddle.static.scope_guard(paddle.static.Scope()):
+        main, startup, loss = _build_mp(rank, backend)
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         start = paddle_ngraph.load_checkpoint(main, root)
@@ -188,11 +207,18 @@ def dense_from_checkpoint(dense_root: str):
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
+def both_backends(tmp_path_factory):
+    """The two jobs, each training on both backends; backend -> (root, first job's, resumed job's)."""
     root = str(tmp_path_factory.mktemp("mp_ckpt"))
-    first = sorted(run_ranks(first_job, NRANKS, root, timeout=400).results, key=lambda r: r["rank"])
-    resumed = sorted(run_ranks(resume_job, NRANKS, root, timeout=400).results, key=lambda r: r["rank"])
-    return root, first, resumed
+    first = run_ranks(first_job, NRANKS, root, timeout=400).results
+    resumed = run_ranks(resume_job, NRANKS, root, timeout=400).results
+    by_rank = lambda results, backend: sorted((r[backend] for r in results), key=lambda r: r["rank"])  # noqa: E731
+    return {b: (os.path.join(root, b), by_rank(first, b), by_rank(resumed, b)) for b in BACKENDS}
+
+
+@pytest.fixture(params=BACKENDS)
+def jobs(both_backends, request):
+    return both_backends[request.param]
 
 
 @pytest.mark.distributed
