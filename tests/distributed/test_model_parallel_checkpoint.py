@@ -130,6 +130,7 @@ def first_job(root: str):
 def _first_run(root: str, rank: int, backend: str):
     import paddle
     import paddle_ngraph
+    from paddle_ngraph.transpiler import engines_of
 
     replica = rank // MP
     with paddle.pir_utils.OldIrGuard():
@@ -146,7 +147,8 @@ def _first_run(root: str, rank: int, backend: str):
             exe.run(startup)
             _train(exe, main, loss, range(SAVED_AT), replica)
             saved = paddle_ngraph.save_checkpoint(main, root, SAVED_AT)
-    return {"rank": rank, "straight": straight, "state": kept, "saved": saved}
+            executables = sorted({type(e.executable).__name__ for e in engines_of(main)})
+    return {"rank": rank, "straight": straight, "state": kept, "saved": saved, "executables": executables}
 
 
 def resume_job(root: str):
@@ -218,7 +220,10 @@ def both_backends(tmp_path_factory):
 
 @pytest.fixture(params=BACKENDS)
 def jobs(both_backends, request):
-    return both_backends[request.param]
+    root, first, resumed = both_backends[request.param]
+    expected = {"CPU": "CPUExecutable", "INTERPRETER": "InterpreterExecutable"}[request.param]
+    assert all(r["executables"] == [expected] for r in first)  # the backend the strategy named
+    return root, first, resumed
 
 
 @pytest.mark.distributed
