@@ -6,6 +6,7 @@
     python tools/bench.py --scaling --ranks 2   # scaling efficiency, 1 against 2 ranks of one thread each
     python tools/bench.py --precision fp32,bf16 # what bf16 buys, against torch.autocast
     python tools/bench.py --small --rounds 7    # fixed per-step costs of small programs against Paddle
+    python tools/bench.py --mp --rounds 5       # tensor parallelism (mp=2) against dp=2 and one process
 
 Systems (each on the same model, per-rank batch and random data):
   ngraph-cpu       paddle_ngraph, CPU backend (transpile + plain exe.run); 2+ ranks under mpirun (MPI)
@@ -62,8 +63,9 @@ import tempfile
 import time
 
 from bench_models import VARIANTS, resolve
+from bench_mp import add_options as add_mp_options, mp_header, mp_lines, mp_worker, run_mp
 from bench_precision import PRECISION_SYSTEMS, precision_lines, run_precision
-from bench_scaling import SCALING_SYSTEMS, run_scaling, scaling_lines
+from bench_scaling import SCALING_SYSTEMS, interleaved_rounds, run_scaling, scaling_lines
 from bench_small import CASES as SMALL_CASES, report_lines as small_lines, run_small, small_header
 
 from paddle_ngraph.quiet import quiet_env, quiet_this_process
@@ -83,6 +85,8 @@ def worker(args) -> dict:
     quiet_this_process()
     import numpy as np
 
+    if args.system == "ngraph-mp":
+        return mp_worker(args)
     if args.system in ("paddle-dp", "ngraph-dygraph", "ngraph-dygraph-fleet"):
         return dygraph_worker(args)
     if args.system == "torch-ddp":
@@ -645,7 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cases", default=None, help="with --small, comma-separated, from: " + ", ".join(SMALL_CASES) +
                         " (default: all)")
     parser.add_argument("--small-steps", type=int, default=200, help="with --small: timed steps per system and round")
+    add_mp_options(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mp-degree", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--mp-model", help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--result-dir", help=argparse.SUPPRESS)
@@ -666,6 +673,8 @@ def main(argv=None) -> int:
         return replot(args.out)
     if args.small:
         return small_mode(parser, args)
+    if args.mp:
+        return mp_mode(parser, args)
     models, systems, ranks, accumulate, precision_mode = resolve_selection(parser, args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.scaling or precision_mode:
@@ -807,6 +816,21 @@ def small_mode(parser, args) -> int:
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     return write_small(report, args.out)
+
+
+def mp_mode(parser, args) -> int:
+    """--mp: tensor parallelism against data parallelism and one process (tools/bench_mp.py)."""
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
+    if args.smoke:
+        args.rounds, args.steps, args.warmup = 1, 2, 1
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
+              "mp": run_mp(args, launch_command, quiet_env, interleaved_rounds)}
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    return write_mode_table(mp_header(report["mp"], report["machine"], report["date"]), mp_lines(report["mp"]),
+                            args.out)
 
 
 def write_small(report: dict, out: str) -> int:

@@ -57,12 +57,13 @@ examples:
   paddle-ngraph-dump mnist.pdmodel --precision bf16 --report   # which nodes compute in bf16
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --passes dumps/   # dumps/NN_<pass>.json|.txt
   paddle-ngraph-dump mnist.pdmodel --nranks 2 --config my.yaml --set accumulate_steps=4
+  paddle-ngraph-dump mp.pdmodel --nranks 4 --mp-degree 2 --rank 2 --report   # tensor parallel: groups
 
 configuration:
   the keys of paddle_ngraph.Config (configs/defaults.yaml), as transpile takes
   them: --config FILE (YAML), then --set KEY=VALUE (repeatable, YAML values),
   then the shortcut flags (--bucket-mb, --min-buckets, --zero-stage, --compress,
-  --precision); keys not given take Config's defaults, as in transpile.
+  --precision, --mp-degree); keys not given take Config's defaults, as in transpile.
 
 exit codes:
   0  done
@@ -89,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="print op coverage, parameter sizes, buckets and communication volume on stdout")
     p.add_argument("--nranks", type=int, default=1, help="data-parallel ranks; > 1 inserts AllReduce (default: 1)")
+    p.add_argument("--mp-degree", type=int,
+                   help="tensor-parallel degree of a program built with paddle.distributed.split: the ranks "
+                        "holding the shards of one model (the mp_degree key; default: 1)")
+    p.add_argument("--rank", type=int, default=0,
+                   help="the rank whose program this is, which decides the groups its collectives run over "
+                        "(model parallelism; default: 0)")
     p.add_argument("--config", metavar="FILE", help="YAML file of configuration keys (as PADDLE_NGRAPH_CONFIG)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="one configuration key (repeatable; the value is read as YAML), over --config")
@@ -316,7 +323,9 @@ def to_dot(function) -> str:
             head = f"{n.op_type} ({n.attrs['role']})" if isinstance(n, Parameter) else n.op_type
             label = f"{head}\n{n.name}\n{types}"
             if n.op_type in COLLECTIVE_OPS:
-                extra = [f"{k}={v}" for k, v in n.attrs.items() if v not in ("", None)]
+                extra = [f"{k}={v}" for k, v in n.attrs.items() if v not in ("", None) and k != "group"]
+                group = n.attrs.get("group", ())
+                extra.append(f"ranks ({', '.join(map(str, group))})" if group else "every rank")
                 extra.append(f"{len(n.inputs)} tensor(s), {_human_bytes(sum(i.type.nbytes() for i in n.inputs))}")
                 label += "\n" + ", ".join(extra)
             lines.append(f'    n{n.id} [label="{_dot_escape(label)}", fillcolor="{color}"];')
@@ -418,6 +427,8 @@ def report(label, view, function, produced, args, allreduce_pass) -> str:
     out.append("Feeds: " + (", ".join(f"{p.name} {p.output_types[0]}" for p in groups["feed"]) or "none"))
 
     out += [""] + precision_lines(nodes, getattr(args, "precision", "fp32"))
+    if getattr(args, "mp_degree", 1) > 1:
+        out += [""] + group_lines(view, nodes, args)
     out += [""] + distributed_lines(function, nodes, args, allreduce_pass)
     if getattr(args, "sharding", None) is not None and args.nranks > 1:
         out += sharded_lines(args.sharding, args.nranks)
@@ -455,16 +466,58 @@ def sharded_lines(sharding, n: int) -> list[str]:
     return lines
 
 
+def _group_text(group, nranks: int) -> str:
+    return f"every rank (0-{nranks - 1})" if not group else ", ".join(str(r) for r in group)
+
+
+def group_lines(view, nodes, args) -> list[str]:
+    """Model parallelism: this rank's groups, each collective with the ranks it runs over, and the
+    axis each sharded parameter cuts (what a checkpoint records to reassemble the dense model)."""
+    from ..frontend.shard_axes import shard_axes
+    from ..ir.groups import RankLayout, group_size
+
+    n = args.nranks
+    layout = RankLayout(n, args.rank, args.mp_degree)
+    mp, dp = layout.mp_group(), layout.dp_group()
+    lines = [f"Groups: rank {args.rank} of {n}, mp_degree {args.mp_degree} (mp rank {layout.mp_rank}); "
+             f"model-parallel group: {_group_text(mp, n)}; data-parallel group: {_group_text(dp, n)}",
+             f"  {'collective':<44} {'op':<14} {'group (ranks)':<22} {'what':<18} {'bytes':>10}"]
+    for x in nodes:
+        if x.op_type not in COLLECTIVE_OPS:
+            continue
+        group = tuple(x.attrs.get("group", ()))
+        what = ("gradient bucket" if x.attrs.get("bucket") else
+                "model parallel" if group == mp else "data parallel" if group == dp else "")
+        nbytes = sum(i.type.nbytes() for i in x.inputs)
+        lines.append(f"  {x.name:<44} {x.op_type:<14} {_group_text(group, n):<22} {what:<18} {nbytes:>10,}"
+                     + (f"  ({group_size(group, n)} ranks)" if group else ""))
+    axes = shard_axes(view)
+    params = {name: axis for name, axis in axes.items() if view.vars[name].is_parameter}
+    if params:
+        lines.append("  sharded parameters (the axis their shards cut; optimizer state follows): "
+                     + ", ".join(f"{name} {'?' if axis is None else axis}" for name, axis in params.items()))
+    return lines
+
+
 def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
+    from ..ir.groups import group_size
+
     n = args.nranks
     reduces = [x for x in nodes if x.op_type == "AllReduce"]
+    mp_degree = getattr(args, "mp_degree", 1)
+    if mp_degree > 1:  # the model's own AllReduces are in the groups section; these are the gradients'
+        reduces = [x for x in reduces if x.attrs.get("bucket")]
+        if n == mp_degree:
+            return [f"Data parallel: none: the {n} ranks hold the {mp_degree} shards of one model "
+                    f"(mp_degree {mp_degree}), no gradient AllReduce"]
     if n <= 1:
         return ["Data parallel: 1 rank, no AllReduce inserted (use --nranks N to insert them)"]
     if allreduce_pass is None:
         return [f"Data parallel: {n} ranks; no gradient AllReduce (local SGD averages the parameters instead: "
                 f"{len(reduces)} AllReduce node(s))"]
     bucket_bytes = int(args.bucket_mb * (1 << 20))
-    lines = [f"Data parallel: {n} ranks; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
+    over = "" if mp_degree == 1 else f" in groups of {n // mp_degree} (mp_degree {mp_degree})"
+    lines = [f"Data parallel: {n} ranks{over}; InsertAllReduce(bucket_bytes={bucket_bytes:,} ({args.bucket_mb:g} MiB), "
              f"reduction={allreduce_pass.reduction}, compress={allreduce_pass.compress}) inserted {len(reduces)} AllReduce node(s)"]
     if not reduces:
         lines.append("  every gradient is reduce-scattered instead (ZeRO-1, below)" if getattr(args, "sharding", None)
@@ -472,13 +525,19 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         return lines
     position = {x.id: i for i, x in enumerate(nodes)}
     users = function.users()
-    total = wire = 0
+    # The pass lists each bucket's parameters in the order it made them (grad_bucket_<i>), which
+    # need not be the AllReduce nodes' topological order.
+    bucket_params = {f"grad_bucket_{i}": params for i, params in enumerate(allreduce_pass.buckets)}
+    total = wire = per_rank = 0
     for k, r in enumerate(reduces):
         nbytes = sum(i.type.nbytes() for i in r.inputs)
         total += nbytes
         # A compressed bucket travels as 2-byte values (alltoall + allgather: the ring's 2*(N-1)/N).
-        wire += nbytes // 2 if r.attrs.get("compress", "none") != "none" else nbytes
-        params = allreduce_pass.buckets[k] if k < len(allreduce_pass.buckets) else []
+        on_wire = nbytes // 2 if r.attrs.get("compress", "none") != "none" else nbytes
+        wire += on_wire
+        size = group_size(r.attrs.get("group", ()), n)  # under model parallelism: the data-parallel group
+        per_rank += 2 * (size - 1) / size * on_wire
+        params = bucket_params.get(r.attrs["bucket"], [])
         consumers = users.get(r.id, [])
         lines.append(f"  {r.attrs['bucket'] or '(no bucket)'}: {r.name}, {len(r.inputs)} gradient(s), "
                      f"{nbytes:,} bytes ({_human_bytes(nbytes)}), node {position[r.id] + 1} of {len(nodes)} "
@@ -486,10 +545,10 @@ def distributed_lines(function, nodes, args, allreduce_pass) -> list[str]:
         lines.append(f"    parameters: {', '.join(params) or '-'}")
         lines.append("    after:  " + ", ".join(f"{i.node.name} ({i.node.op_type})" for i in r.inputs))
         lines.append("    before: " + (", ".join(f"{u.name} ({u.op_type})" for u in consumers) or "-"))
-    per_rank = 2 * (n - 1) / n * wire
     seconds = per_rank / (args.bandwidth * 1e9)
     lines.append(f"  gradient bytes per step: {total:,} ({_human_bytes(total)}) in {len(reduces)} bucket(s)")
     lines.append(f"  bytes sent per rank per step (ring allreduce, 2*(N-1)/N x bucket bytes"
+                 + (", N: the data-parallel group's ranks" if mp_degree > 1 else "")
                  + (", 16-bit compressed buckets at half their bytes" if wire != total else "") + "): "
                  f"{per_rank:,.0f} ({_human_bytes(per_rank)})")
     lines.append(f"  ring lower bound at {args.bandwidth:g} GB/s: {_human_time(seconds)} per step "
@@ -569,7 +628,7 @@ def configuration(args):
         except yaml.YAMLError as e:
             raise ToolError(f"--set {item!r}: the value is not valid YAML: {' '.join(str(e).split())}") from None
     flags = {"bucket_mb": args.bucket_mb, "min_buckets": args.min_buckets, "zero_stage": args.zero_stage,
-             "compress": args.compress, "precision": args.precision}
+             "compress": args.compress, "precision": args.precision, "mp_degree": args.mp_degree}
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
         return Config.build(values, PROG)
@@ -577,18 +636,18 @@ def configuration(args):
         raise ToolError(_one_line(e)) from None
 
 
-def lower(view, config, nranks: int, dump_dir: str | None, with_table: bool):
-    """What ``transpile`` builds: the segment plan, then each segment converted and through the
-    pass pipeline. Returns (plan, lowered segments, per-op IR table or None)."""
+def lower(view, config, nranks: int, dump_dir: str | None, with_table: bool, rank: int = 0):
+    """What ``transpile`` builds on ``rank``: the segment plan, then each segment converted and
+    through the pass pipeline. Returns (plan, lowered segments, per-op IR table or None)."""
     from ..backends import backend_for
     from ..transpiler.lowering import convert_segment, plan_program, run_passes
 
-    plan, whole = plan_program(view, config, nranks, backend_for(config))
+    plan, whole = plan_program(view, config, nranks, backend_for(config), rank=rank)
     table = defaultdict(Counter) if with_table else None
     unmade: set[str] = set()
     parts = []
     for seg in plan.segments:
-        converted = convert_segment(view, plan, seg, config, nranks, unmade, converted=whole)
+        converted = convert_segment(view, plan, seg, config, nranks, unmade, converted=whole, rank=rank)
         if table is not None:
             ir_ops_per_paddle_op(converted.session, seg.constants + seg.ops, table)
         where = dump_dir if dump_dir is None or len(plan.segments) == 1 else os.path.join(dump_dir, f"segment_{seg.index}")
@@ -604,6 +663,8 @@ def run(args) -> int:
         raise ToolError(f"--nranks must be >= 1, got {args.nranks}")
     if args.bucket_mb is not None and args.bucket_mb < 0:
         raise ToolError(f"--bucket-mb must be >= 0, got {args.bucket_mb:g}")
+    if not 0 <= args.rank < args.nranks:
+        raise ToolError(f"--rank {args.rank} is not one of the --nranks {args.nranks} ranks")
     if args.bandwidth <= 0:
         raise ToolError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth:g}")
     if args.format == "svg" and not args.output:
@@ -614,7 +675,7 @@ def run(args) -> int:
 
     label, view = load_view(args.program, args.ir, quiet=not args.debug)
     try:
-        plan, parts, table = lower(view, config, args.nranks, args.passes, with_table=args.report)
+        plan, parts, table = lower(view, config, args.nranks, args.passes, with_table=args.report, rank=args.rank)
     except OSError as e:
         where = e.filename or args.passes or os.environ.get("PADDLE_NGRAPH_DUMP_PASSES", "")
         raise ToolError(f"{where}: cannot dump passes: {e.strerror or _first_line(e)}") from None
@@ -658,7 +719,8 @@ def run(args) -> int:
     if args.report:
         lowered = chosen[0].lowered
         shown = argparse.Namespace(nranks=args.nranks, bandwidth=args.bandwidth, bucket_mb=config.bucket_mb,
-                                   precision=config.precision, sharding=lowered.sharding)
+                                   precision=config.precision, sharding=lowered.sharding, rank=args.rank,
+                                   mp_degree=config.mp_degree)
         _write(None, report(label, view, lowered.function, table, shown, lowered.allreduce))
     return EXIT_OK
 

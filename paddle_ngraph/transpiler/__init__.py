@@ -17,6 +17,7 @@ from ..backends import backend_for
 from ..config import FIELDS, KEYS, Config, unknown_keys_error, valid_keys
 from ..errors import ConfigError, UnsupportedOpsError
 from ..frontend import FORWARD, decode, find_unsupported
+from ..frontend.shard_axes import shard_axes
 from ..ir.groups import RankLayout
 from ..ir.roles import Role, written_back
 from . import engine_op, originals
@@ -222,6 +223,8 @@ def _build_engine(view, plan, seg, compiler, transport, timeline, handover, conf
     engine.recomputed = lowered.recomputed
     engine.plan, engine.segment = plan, seg  # the plan transpile executed: what runs here, what Paddle runs
     engine.replicas = _replica_groups(view, config, transport)
+    if engine.replicas is not None:
+        engine.shard_axes = shard_axes(view)
     if engine.recomputed:
         log.info("engine segment %d: %d forward node(s) recomputed in backward (recompute_checkpoints)", seg.index,
                  len(engine.recomputed))

@@ -95,6 +95,11 @@ class Engine:
         # ZeRO-1 (sharded_state.py): this rank's slices of parameters and optimizer state, the
         # function's last parameters; Paddle's operator passes the ones before them.
         self.sharded = sharded
+        # Model parallelism (set by transpile): the groups among which values start equal
+        # (distributed.ReplicaGroups), and the axis each sharded parameter and its optimizer state
+        # cut (frontend/shard_axes.py), which checkpoints record for reassembling a dense model.
+        self.replicas = None
+        self.shard_axes: dict[str, int | None] = {}
         links = links or SegmentLinks()
         self.handover = links.handover
         # Persistable variables only Paddle ops read: broadcast through the scope at start-up.
