@@ -22,9 +22,10 @@ from ..ir.groups import RankLayout
 def paddle_layout(transport, mp_degree: int) -> RankLayout:
     """This rank's layout with Paddle's groups as its rings; a ConfigError where fleet has no
     hybrid group of ``mp_degree`` or lays ranks out otherwise than the engine."""
-    from paddle.distributed import collective, fleet
+    from paddle.distributed import collective
+    from paddle.distributed.fleet.base import topology as tp
 
-    hcg = fleet.get_hybrid_communicate_group() if fleet.fleet._role_maker is not None else None
+    hcg = tp._HYBRID_PARALLEL_GROUP
     if hcg is None:
         raise ConfigError(f"mp_degree {mp_degree} in dygraph: the tensor-parallel layers need Paddle's hybrid groups; "
                           f"call fleet.init(is_collective=True, strategy=strategy) with strategy.hybrid_configs = "
