@@ -2,11 +2,14 @@
 ``mp_ops``): collectives over the ring an op names, and the local halves of the sharded layers.
 
 Each op names its group by ``ring_id``; the session's ``RankLayout`` (ir/groups.py) maps ring
-ids to groups of ranks (0: the model-parallel group, 1: every rank, 2: the data-parallel group;
-without model parallelism ring 0 is every rank). Paddle's legacy program spells the backward of
-these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum) over the ring,
-``mp_allreduce_sum``'s a ``c_identity``, ``c_concat``'s a ``c_split`` and ``c_embedding``'s
-``c_embedding_grad``; so each converter here is a forward computation.
+ids to groups of ranks (legacy programs: 0 the model-parallel group, 1 every rank, 2 the
+data-parallel group, without model parallelism ring 0 is every rank; PIR programs captured from
+dygraph: the ids of Paddle's communication groups, read from Paddle's group registry). Paddle
+spells the backward of these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum)
+over the ring (in PIR an ``mp_allreduce_sum``, which the dygraph capture supplies:
+frontend/tensor_parallel_capture.py), ``mp_allreduce_sum``'s a ``c_identity``, ``c_concat``'s a
+``c_split`` and ``c_embedding``'s ``c_embedding_grad``; so each converter here is a forward
+computation. The PIR ops (``pd_op.<op>``) share the converters of their legacy namesakes.
 
 - ``c_identity``: the identity (its forward; Paddle emits its gradient as an AllReduce).
 - ``mp_allreduce_sum``, ``all_reduce`` (by its ``reduce_type``): AllReduce over the ring. (Paddle
