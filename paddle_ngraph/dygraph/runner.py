@@ -10,6 +10,12 @@ whether gradients are wanted, shapes and dtypes of the inputs) the Layer is capt
   (``passes/insert_allreduce.average_gradient_results``; the CPU backend overlaps each bucket
   with the rest of backward), and one without collectives, for ``no_sync``.
 
+Under tensor parallelism (``mp_degree`` > 1: fleet.meta_parallel's layers, docs/model-parallel.md)
+the forward and both backward executables also carry the model's own collectives over the
+model-parallel group, the gradient AllReduce runs over the data-parallel group only (none with
+one replica), and the Layer runs whole on the engine or raises (Paddle has no CPU kernels for
+those ops: no segments, no eager run). ``tensor_parallel.py`` reads Paddle's groups.
+
 A ``paddle.autograd.PyLayer`` (``_EngineCall``) joins them to eager autograd: its forward runs the
 forward executable, its backward receives the output gradients (the loss is computed eagerly
 after the Layer) and runs the backward executable. Parameter gradients then reach ``param.grad``
@@ -472,7 +478,8 @@ class LayerEngine:
             outputs, saved = compiled.forward(args, self.param_views(), train)
             record = None
             if train:
-                record = _Saved(compiled, list(tensors), args, saved, self.sync_gradients and self.dp_transport is not None)
+                record = _Saved(compiled, list(tensors), args, saved,
+                                self.sync_gradients and self.dp_transport is not None)
                 compiled.pending = record
             return [_to_paddle(o) for o in outputs], record
         inputs = compiled.arrays(compiled.forward_inputs, args)
@@ -509,7 +516,8 @@ class LayerEngine:
         else:
             executable = compiled.backward_local
         inputs = compiled.arrays(compiled.backward_inputs, record.args, seeds, record.saved)
-        outputs = executable.call(inputs, self.transport if executable is compiled.backward_sync else self.local_transport)
+        synchronizing = executable is compiled.backward_sync
+        outputs = executable.call(inputs, self.transport if synchronizing else self.local_transport)
         record.done = True
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:

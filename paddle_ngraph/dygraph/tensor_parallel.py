@@ -40,8 +40,8 @@ def paddle_layout(transport, mp_degree: int) -> RankLayout:
     dp_ranks = tuple(hcg.get_data_parallel_group().ranks)
     expected = (transport.rank, _listed(layout.mp_group(), transport.size), _listed(layout.dp_group(), transport.size))
     if (rank, mp_ranks, dp_ranks) != expected:
-        raise ConfigError(f"rank {transport.rank}: Paddle's hybrid groups (rank {rank}, model parallel {list(mp_ranks)}, "
-                          f"data parallel {list(dp_ranks)}) are not the engine's (model parallel "
+        raise ConfigError(f"rank {transport.rank}: Paddle's hybrid groups (rank {rank}, model parallel "
+                          f"{list(mp_ranks)}, data parallel {list(dp_ranks)}) are not the engine's (model parallel "
                           f"{list(expected[1])}, data parallel {list(expected[2])}); only dp_degree x mp_degree "
                           f"(pp, sharding and sep degrees 1) is supported")
     rings = tuple(sorted((int(ring_id), tuple(int(r) for r in group.ranks))
