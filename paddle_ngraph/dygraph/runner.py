@@ -372,7 +372,9 @@ class LayerEngine:
         try:
             compiled = self._compile(args, training, wants_grad)
         except CaptureError as e:
-            if not self.config.fallback or self.tensor_parallel:
+            if self.tensor_parallel:
+                raise self._cannot_run_eagerly(str(e)) from e
+            if not self.config.fallback:
                 raise
             self.refused[key] = str(e)
             if str(e) in self.refused.values() and list(self.refused.values()).count(str(e)) > 1:
@@ -422,12 +424,15 @@ class LayerEngine:
     def tensor_parallel(self) -> bool:
         return self.layout.mp_degree > 1
 
+    def _cannot_run_eagerly(self, why: str) -> CaptureError:
+        """The error of a tensor-parallel Layer the engine cannot run: Paddle cannot either."""
+        return CaptureError(f"{why}; with mp_degree {self.layout.mp_degree} it cannot run eagerly either (Paddle "
+                            f"3.3.1 has no CPU kernels for the tensor-parallel ops)")
+
     def eager(self, args, reason, kwargs=None):
         """Runs the Layer in Paddle; with several ranks, its gradients are averaged after backward."""
         if self.tensor_parallel:
-            raise CaptureError(f"Layer {type(self.layer).__name__}: {reason or 'it cannot be captured'}; with "
-                               f"mp_degree {self.layout.mp_degree} it cannot run eagerly either (Paddle 3.3.1 has no "
-                               f"CPU kernels for the tensor-parallel ops)")
+            raise self._cannot_run_eagerly(f"Layer {type(self.layer).__name__}: {reason}")
         if reason and ("eager", reason) not in self.refused:
             self.refused[("eager", reason)] = reason
             log.warning("%sLayer %s runs eagerly in Paddle: %s", self.rank_prefix(), type(self.layer).__name__, reason)

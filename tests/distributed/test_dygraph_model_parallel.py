@@ -19,7 +19,8 @@ cover the layer kinds:
 ones (the dense embedding's among them: non-zero), the trained shards reassembled equal to the
 dense parameters (1e-5). Each job checks several things (the suite's time): mp 2 on 2 ranks under
 mpirun on both backends (fleet's wrapper on the CPU backend, ``paddle_ngraph.DataParallel`` on the
-interpreter), under ``paddle.distributed.launch``, and 2 replicas x 2 shards on 4 ranks.
+interpreter), under ``paddle.distributed.launch``, and 2 replicas x 2 shards on 4 ranks. The first
+job also checks that a tensor-parallel Layer the engine cannot capture raises (no eager run).
 """
 import numpy as np
 import pytest
@@ -184,7 +185,33 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
                                       "eager_steps": engine.eager_steps, "updates": engine.updates,
                                       "collectives": collectives, "transport": engine.transport.name,
                                       "sharded": sorted(n for n, p in params.items() if p.is_distributed)}
-    return {"rank": rank, "runs": runs}
+    return {"rank": rank, "runs": runs, "refusal": uncapturable_refusal(mp) if interpreter_too else None}
+
+
+def uncapturable_refusal(mp: int) -> str:
+    """What a tensor-parallel Layer that cannot be captured does: it cannot run eagerly either
+    (Paddle has no CPU kernels for the ops), so the call raises, naming the Layer and why."""
+    import paddle
+    from paddle.distributed.fleet import meta_parallel as mpu
+
+    import paddle_ngraph
+    from paddle_ngraph.errors import ConversionError
+
+    class Peek(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.col = mpu.ColumnParallelLinear(4, 4, gather_output=True, has_bias=True)
+
+        def forward(self, x):
+            h = self.col(x)
+            return h * float(h.numpy().max() > 0)
+
+    model = paddle_ngraph.DataParallel(Peek(), mp_degree=mp)
+    try:
+        model(paddle.ones([2, 4]))
+    except ConversionError as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
 
 
 def dense_run(model: str, replicas: int):
@@ -249,6 +276,10 @@ def test_two_ranks_mpirun_both_backends():
         for collectives in collectives_of(run.results, backend, "sharded"):
             assert collectives == [("AllReduce", (), False)], collectives
     assert {r["runs"][("CPU", "gathered")]["transport"] for r in run.results} == {"MPI"}
+    for result in run.results:
+        refusal = result["refusal"]
+        assert refusal.startswith("CaptureError: Layer Peek") and ".numpy()" in refusal, refusal
+        assert "with mp_degree 2 it cannot run eagerly either" in refusal, refusal
 
 
 @needs_ccl
