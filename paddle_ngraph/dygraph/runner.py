@@ -253,7 +253,7 @@ class LayerEngine:
         # over the data-parallel group (the ranks holding the same shards) only.
         if config.mp_degree > 1:
             self.layout = paddle_layout(transport, config.mp_degree)
-            transport.make_groups([self.layout.dp_group(), self.layout.mp_group()])
+            transport.make_groups([g for g in (self.layout.dp_group(), self.layout.mp_group()) if len(g) != 1])
         else:
             self.layout = RankLayout(transport.size, transport.rank)
         self.dp_transport = transport.group(self.layout.dp_group()) if self.layout.dp_degree > 1 else None
