@@ -19,8 +19,9 @@ cover the layer kinds:
 ones (the dense embedding's among them: non-zero), the trained shards reassembled equal to the
 dense parameters (1e-5). Each job checks several things (the suite's time): mp 2 on 2 ranks under
 mpirun on both backends (fleet's wrapper on the CPU backend, ``paddle_ngraph.DataParallel`` on the
-interpreter), under ``paddle.distributed.launch``, and 2 replicas x 2 shards on 4 ranks. The first
-job also checks that a tensor-parallel Layer the engine cannot capture raises (no eager run).
+interpreter), under ``paddle.distributed.launch``, and 2 replicas x 2 shards on 4 ranks (there also
+with micro-batches under ``no_sync``). The first job also checks that a tensor-parallel Layer the
+engine cannot capture raises (no eager run).
 """
 import numpy as np
 import pytest
@@ -185,7 +186,40 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
                                       "eager_steps": engine.eager_steps, "updates": engine.updates,
                                       "collectives": collectives, "transport": engine.transport.name,
                                       "sharded": sorted(n for n, p in params.items() if p.is_distributed)}
-    return {"rank": rank, "runs": runs, "refusal": uncapturable_refusal(mp) if interpreter_too else None}
+    no_sync = None
+    if dp > 1:  # two micro-batches a step, the first under no_sync
+        weights = {n: shard("sharded", n, v, mp_rank, mp) for n, v in full_weights("sharded").items()}
+        layer, params = build("sharded", weights, parallel=True)
+        wrapped = fleet.distributed_model(layer)
+        trained = train_micro_batches(wrapped, params, range(replica, replica + 1), fleet.distributed_optimizer)
+        no_sync = {"params": trained, "updates": wrapped.engine.updates}
+    return {"rank": rank, "runs": runs, "refusal": uncapturable_refusal(mp) if interpreter_too else None,
+            "no_sync": no_sync}
+
+
+def train_micro_batches(layer, params: dict, replicas, wrap=lambda opt: opt):
+    """5 SGD steps of the sharded model, each on two halves of the batch of each of ``replicas``.
+    With one replica (a rank): the first half's backward under ``no_sync``, the second's averages
+    the accumulated sum over the data-parallel group, as paddle.DataParallel does. With several
+    (the dense run): the sum of every replica's halves' losses over the number of replicas."""
+    import paddle
+
+    opt = wrap(paddle.optimizer.SGD(LR, parameters=layer.parameters()))
+    half = BATCH // 2
+    for step in range(STEPS):
+        parts = [batch(step, r) for r in replicas]
+        halves = [[(paddle.to_tensor(ids[k:k + half]), paddle.to_tensor(label[k:k + half])) for k in (0, half)]
+                  for ids, label in parts]
+        if len(parts) == 1:
+            with layer.no_sync():
+                layer(*halves[0][0]).backward()
+            layer(*halves[0][1]).backward()
+        else:
+            total = sum(layer(*h) for replica in halves for h in replica) / len(parts)
+            total.backward()
+        opt.step()
+        opt.clear_grad()
+    return {n: np.array(p) for n, p in params.items()}
 
 
 def uncapturable_refusal(mp: int) -> str:
@@ -293,6 +327,16 @@ def test_two_replicas_of_two_shards_on_four_ranks():
     """dp 2 x mp 2: gradients averaged over each data-parallel group ({0, 2}, {1, 3}) only."""
     run = run_ranks(mp_worker, 4, 2, 2, False, timeout=600)
     check_against_dense(run.results, 2, 2)
+    # no_sync: the accumulated micro-batches averaged once per step over the data-parallel group.
+    dense_layer, dense_params = build("sharded", full_weights("sharded"), parallel=False)
+    dense = train_micro_batches(dense_layer, dense_params, range(2))
+    results = sorted(run.results, key=lambda r: r["rank"])
+    assert all(r["no_sync"]["updates"] == STEPS for r in results)
+    for name, (_, axis) in MODELS["sharded"].items():
+        for replica in range(2):
+            shards = [results[replica * 2 + m]["no_sync"]["params"][name] for m in range(2)]
+            whole = shards[0] if axis is None else np.concatenate(shards, axis=axis)
+            np.testing.assert_allclose(whole, dense[name], rtol=1e-5, atol=1e-5, err_msg=f"no_sync {name}")
     for rank, collectives in enumerate(collectives_of(run.results, "CPU", "sharded")):
         model, replicas = (rank - rank % 2, rank - rank % 2 + 1), (rank % 2, rank % 2 + 2)
         assert ("AllReduce", model, False) in collectives, collectives
