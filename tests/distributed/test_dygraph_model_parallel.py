@@ -59,6 +59,18 @@ def shard(model: str, name: str, value: np.ndarray, mp_rank: int, mp: int) -> np
     return value if axis is None else np.split(value, mp, axis=axis)[mp_rank]
 
 
+def rank_weights(model: str, mp_rank: int, mp: int, replica: int) -> dict:
+    """This rank's initial values: its shards of the dense weights, off by a constant on every rank
+    but the first of its data-parallel group, and, for the whole (not sharded) ones, on every rank
+    but the first of its model-parallel group too. The wrapper's initial broadcasts must undo
+    exactly that (a shard is never overwritten by another shard)."""
+    weights = {}
+    for name, value in full_weights(model).items():
+        offset = replica + (mp_rank if MODELS[model][name][1] is None else 0)
+        weights[name] = shard(model, name, value, mp_rank, mp) + np.float32(0.25 * offset)
+    return weights
+
+
 def batch(step: int, replica: int):
     """Replica ``replica``'s batch: the same on every rank of one model, and at every step (so that
     the loss falls)."""
@@ -170,7 +182,7 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
     runs = {}
     for backend in ["CPU"] + ["INTERPRETER"] * interpreter_too:
         for model in MODELS:
-            weights = {n: shard(model, n, v, mp_rank, mp) for n, v in full_weights(model).items()}
+            weights = rank_weights(model, mp_rank, mp, replica)
             layer, params = build(model, weights, parallel=True)
             if backend == "CPU":
                 wrapped = fleet.distributed_model(layer)
@@ -188,7 +200,7 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
                                       "sharded": sorted(n for n, p in params.items() if p.is_distributed)}
     no_sync = None
     if dp > 1:  # two micro-batches a step, the first under no_sync
-        weights = {n: shard("sharded", n, v, mp_rank, mp) for n, v in full_weights("sharded").items()}
+        weights = rank_weights("sharded", mp_rank, mp, replica)
         layer, params = build("sharded", weights, parallel=True)
         wrapped = fleet.distributed_model(layer)
         trained = train_micro_batches(wrapped, params, range(replica, replica + 1), fleet.distributed_optimizer)
