@@ -25,8 +25,8 @@ def paddle_layout(transport, mp_degree: int) -> RankLayout:
     from paddle.distributed import collective
     from paddle.distributed.fleet.base import topology as tp
 
-    hcg = tp._HYBRID_PARALLEL_GROUP
-    if hcg is None:
+    hcg = tp._HYBRID_PARALLEL_GROUP  # what fleet.init made (other Paddle APIs may leave other kinds here)
+    if not isinstance(hcg, tp.HybridCommunicateGroup):
         raise ConfigError(f"mp_degree {mp_degree} in dygraph: the tensor-parallel layers need Paddle's hybrid groups; "
                           f"call fleet.init(is_collective=True, strategy=strategy) with strategy.hybrid_configs = "
                           f"{{'mp_degree': {mp_degree}, ...}} before building the model")
