@@ -81,7 +81,11 @@ def _pir_functions(original_identity, original_split, original_softmax_ce):
         ring_id, rank, nranks = _group_place(group)
         whole = identity(tensor, ring_id)
         last = len(tensor.shape) - 1
-        part = tensor.shape[last] // nranks
+        width = tensor.shape[last]
+        if width < 0 or width % nranks:
+            raise ValueError(f"_c_split: the last axis of {list(tensor.shape)} must be static and divisible by the "
+                             f"group's {nranks} ranks")
+        part = width // nranks
         return paddle.slice(whole, axes=[last], starts=[rank * part], ends=[(rank + 1) * part])
 
     @unified
@@ -92,8 +96,15 @@ def _pir_functions(original_identity, original_split, original_softmax_ce):
         if group is not None and not group.is_member():
             return None
         ring_id, rank, nranks = _group_place(group)
+        # Paddle's own checks of the label (mp_ops), so that a wrong one fails as it would there.
+        if len(label.shape) not in (len(logits.shape) - 1, len(logits.shape)):
+            raise ValueError(f"Expected input_dims - 1 = label_dims or input_dims == label_dims (got input_dims "
+                             f"{len(logits.shape)}, label_dims {len(label.shape)})")
         if len(label.shape) == len(logits.shape) - 1:
             label = paddle.unsqueeze(label, axis=-1)
+        if not 1 <= label.shape[-1] <= logits.shape[-1] * nranks:
+            raise ValueError(f"Expected label_shape[-1] >= 1 and label_shape[-1] <= input_shape[-1] * nranks (got "
+                             f"label_shape[-1] = {label.shape[-1]}, input_shape[-1] = {logits.shape[-1]})")
         softmax, loss = _C_ops.c_softmax_with_cross_entropy(logits, label, ignore_index, ring_id, rank, nranks)
         return (loss, softmax) if return_softmax else loss
 
