@@ -139,12 +139,13 @@ class Config:
     mp_degree: int = option(
         1, minimum=1,
         summary="tensor (model) parallelism: ranks per model shard group, mp innermost (see "
-                "docs/model-parallel.md); fleet sets it from `tensor_parallel_degree`",
+                "docs/model-parallel.md); fleet sets it from `tensor_parallel_degree` or `hybrid_configs`",
         doc="Tensor (model) parallel degree (an integer >= 1 that divides the number of ranks). Ranks form\n"
             "groups of mp_degree consecutive ranks that each hold one shard of a model built with\n"
-            "paddle.distributed.split (legacy static programs); gradients are averaged over the\n"
-            "data-parallel group only (the ranks holding the same shard), and with mp_degree = ranks\n"
-            "not at all. Fleet sets it from strategy.tensor_parallel_configs['tensor_parallel_degree'].")
+            "paddle.distributed.split (legacy static programs) or fleet.meta_parallel's layers (dygraph);\n"
+            "gradients are averaged over the data-parallel group only (the ranks holding the same shard),\n"
+            "and with mp_degree = ranks not at all. Fleet sets it from\n"
+            "strategy.tensor_parallel_configs['tensor_parallel_degree'] or hybrid_configs['mp_degree'].")
     accumulate_steps: int = option(
         1, minimum=1,
         summary="k > 1: gradients of k `exe.run` micro-batches are summed, averaged and AllReduced once, then one "

@@ -22,6 +22,7 @@ from ..config import Config
 from ..config_sources import resolve_config
 from ..log_level import apply_log_level
 from .runner import LayerEngine, _view, check_options
+from .tensor_parallel import initial_broadcasts, sharded
 
 log = logging.getLogger("paddle_ngraph.dygraph")
 _TRANSPORTS: dict = {}
@@ -62,11 +63,21 @@ class DataParallel(paddle.nn.Layer):
             self._broadcast_initial(transport)
 
     def _broadcast_initial(self, transport):
-        """Rank 0's parameters and buffers on every rank, in place (the Layer's own tensors)."""
+        """Rank 0's parameters and buffers on every rank, in place (the Layer's own tensors). Under
+        tensor parallelism, the data-parallel group's first rank's, and for tensors that are not
+        shards also the model-parallel group's first rank's (a shard keeps its own values)."""
+        tensors = self._engine.named_tensors()
+        layout = self._engine.layout
+        if layout.mp_degree > 1:
+            plan = initial_broadcasts(layout, list(tensors), sharded(self._layers))
+        else:
+            plan = [((), list(tensors))]
         with paddle.no_grad():
-            for name, tensor in self._engine.named_tensors().items():
-                if tensor._is_initialized():
-                    transport.broadcast(_view(tensor), root=0)
+            for group, names in plan:
+                among = transport.group(group)
+                for name in names:
+                    if tensors[name]._is_initialized():
+                        among.broadcast(_view(tensors[name]), root=0)
 
     def forward(self, *inputs, **kwargs):
         if kwargs:

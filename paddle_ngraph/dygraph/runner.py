@@ -10,6 +10,12 @@ whether gradients are wanted, shapes and dtypes of the inputs) the Layer is capt
   (``passes/insert_allreduce.average_gradient_results``; the CPU backend overlaps each bucket
   with the rest of backward), and one without collectives, for ``no_sync``.
 
+Under tensor parallelism (``mp_degree`` > 1: fleet.meta_parallel's layers, docs/model-parallel.md)
+the forward and both backward executables also carry the model's own collectives over the
+model-parallel group, the gradient AllReduce runs over the data-parallel group only (none with
+one replica), and the Layer runs whole on the engine or raises (Paddle has no CPU kernels for
+those ops: no segments, no eager run). ``tensor_parallel.py`` reads Paddle's groups.
+
 A ``paddle.autograd.PyLayer`` (``_EngineCall``) joins them to eager autograd: its forward runs the
 forward executable, its backward receives the output gradients (the loss is computed eagerly
 after the Layer) and runs the backward executable. Parameter gradients then reach ``param.grad``
@@ -35,7 +41,9 @@ from ..frontend.dygraph import (GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREF
 from ..ir.roles import Role, written_back
 from ..backends.base import write_back, writeback_positions
 from ..ir import Function
+from ..ir.groups import RankLayout
 from ..passes.pipeline import Facts, build_passes, run_pipeline
+from .tensor_parallel import paddle_layout
 
 log = logging.getLogger("paddle_ngraph.dygraph")
 
@@ -120,10 +128,13 @@ class Compiled:
         self.engine = engine
         compiler = engine.compiler
         forward, config, nranks = cap.forward, engine.config, engine.transport.size
-        # The forward and the backward without collectives take the passes one rank takes (the
+        # The forward and the backward without collectives take the passes one replica takes (the
         # optimizer is the user's, in Paddle: nothing else applies); the synchronizing backward
-        # takes the gradient AllReduce as well.
-        run_pipeline(forward, build_passes(config, 1))
+        # takes the gradient AllReduce over the data-parallel group as well. Under tensor
+        # parallelism one replica is mp_degree ranks, and the functions have collectives of their
+        # own (over the model-parallel group: converters/collective.py).
+        replica = engine.layout.mp_degree
+        run_pipeline(forward, build_passes(config, replica))
         inplace = written_back(forward)
         self.forward = compiler.compile(forward, inplace_results=inplace)
         results = list(forward.results)
@@ -136,12 +147,13 @@ class Compiled:
         self.pending = None  # the saved values of the last training forward, until its backward
         if cap.backward is not None:
             backward = cap.backward
-            run_pipeline(backward, build_passes(config, 1))
+            run_pipeline(backward, build_passes(config, replica))
             self.backward_local = compiler.compile(backward)
             grads = [f"{GRAD_PREFIX}{p}" for p in cap.grads]
-            if nranks > 1 and grads:
+            if engine.layout.dp_degree > 1 and grads:
                 averaged = Function(backward.parameters, backward.results, name=backward.name)
-                run_pipeline(averaged, build_passes(config, nranks, Facts(gradient_results=grads)))
+                run_pipeline(averaged, build_passes(config, nranks, Facts(gradient_results=grads,
+                                                                          dp_group=engine.layout.dp_group())))
                 self.backward_sync_function = averaged
                 self.backward_sync = compiler.compile(averaged)
             else:
@@ -237,6 +249,17 @@ class LayerEngine:
         self.layer = layer
         self.config = config
         self.transport = transport
+        # Under tensor parallelism (mp_degree > 1) Paddle's hybrid groups; gradients are averaged
+        # over the data-parallel group (the ranks holding the same shards) only.
+        if config.mp_degree > 1:
+            self.layout = paddle_layout(transport, config.mp_degree)
+            transport.make_groups([g for g in (self.layout.dp_group(), self.layout.mp_group()) if len(g) != 1])
+        else:
+            self.layout = RankLayout(transport.size, transport.rank)
+        self.dp_transport = transport.group(self.layout.dp_group()) if self.layout.dp_degree > 1 else None
+        # The transport the forward and the unsynchronized backward need: their own collectives
+        # (tensor parallelism) or none.
+        self.local_transport = transport if self.layout.mp_degree > 1 else None
         self.compiler = backend_for(config)
         self.compiled: dict[tuple, Compiled | None] = {}
         self.refused: dict[tuple, str] = {}
@@ -349,6 +372,8 @@ class LayerEngine:
         try:
             compiled = self._compile(args, training, wants_grad)
         except CaptureError as e:
+            if self.tensor_parallel:
+                raise self._cannot_run_eagerly(str(e)) from e
             if not self.config.fallback:
                 raise
             self.refused[key] = str(e)
@@ -371,6 +396,11 @@ class LayerEngine:
     def _compile(self, args, training: bool, wants_grad: bool):
         """The whole program on the engine where its converters take every op; else engine
         segments with the other ops run by Paddle between them (``fallback``; segmented.py)."""
+        layout = self.layout
+        if self.tensor_parallel:
+            # Paddle cannot run the tensor-parallel ops on CPU: no segment of the Layer can be left
+            # to it (nor, with them, the Layer: see eager()).
+            return Compiled(self, capture(self.layer, args, training, wants_grad, layout=layout))
         if not self.config.fallback:
             return Compiled(self, capture(self.layer, args, training, wants_grad))
         traced = trace(self.layer, args, training, wants_grad)
@@ -390,13 +420,24 @@ class LayerEngine:
                                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}; a bug in paddle_ngraph: "
                                f"please report it with this message)") from e
 
+    @property
+    def tensor_parallel(self) -> bool:
+        return self.layout.mp_degree > 1
+
+    def _cannot_run_eagerly(self, why: str) -> CaptureError:
+        """The error of a tensor-parallel Layer the engine cannot run: Paddle cannot either."""
+        return CaptureError(f"{why}; with mp_degree {self.layout.mp_degree} it cannot run eagerly either (Paddle "
+                            f"3.3.1 has no CPU kernels for the tensor-parallel ops)")
+
     def eager(self, args, reason, kwargs=None):
         """Runs the Layer in Paddle; with several ranks, its gradients are averaged after backward."""
+        if self.tensor_parallel:
+            raise self._cannot_run_eagerly(f"Layer {type(self.layer).__name__}: {reason}")
         if reason and ("eager", reason) not in self.refused:
             self.refused[("eager", reason)] = reason
             log.warning("%sLayer %s runs eagerly in Paddle: %s", self.rank_prefix(), type(self.layer).__name__, reason)
         self.eager_steps += 1
-        if self.transport.size > 1 and self.sync_gradients:
+        if self.dp_transport is not None and self.sync_gradients:
             self._arm_eager_allreduce()
         return self.layer(*args, **(kwargs or {}))
 
@@ -427,7 +468,7 @@ class LayerEngine:
         for p, g in grads:
             by_dtype.setdefault(str(g.dtype), []).append(_view(g))
         for views in by_dtype.values():
-            reduced = self.transport.allreduce_many(views, self.config.reduction, name="dygraph_grads")
+            reduced = self.dp_transport.allreduce_many(views, self.config.reduction, name="dygraph_grads")
             for view, value in zip(views, reduced):
                 np.copyto(view, value, casting="no")
         self.updates += 1
@@ -442,17 +483,18 @@ class LayerEngine:
             outputs, saved = compiled.forward(args, self.param_views(), train)
             record = None
             if train:
-                record = _Saved(compiled, list(tensors), args, saved, self.sync_gradients and self.transport.size > 1)
+                record = _Saved(compiled, list(tensors), args, saved,
+                                self.sync_gradients and self.dp_transport is not None)
                 compiled.pending = record
             return [_to_paddle(o) for o in outputs], record
         inputs = compiled.arrays(compiled.forward_inputs, args)
-        outputs = compiled.forward.call(inputs, None)
+        outputs = compiled.forward.call(inputs, self.local_transport)
         write_back(outputs, inputs, compiled.state_writeback)
         values = [_paddle_copy(outputs[k]) for k in compiled.out_positions]
         record = None
         if train:
             record = _Saved(compiled, list(tensors), args, [outputs[k] for k in compiled.saved_positions],
-                            self.sync_gradients and self.transport.size > 1)
+                            self.sync_gradients and self.dp_transport is not None)
             compiled.pending = record
         return values, record
 
@@ -471,13 +513,16 @@ class LayerEngine:
             if not compiled.checked:
                 from ..distributed import check_consistency
 
-                check_consistency(compiled.backward_sync_function, self.transport)
+                # The ranks of a data-parallel group run one function (a model-parallel group's
+                # differ by design: shard offsets).
+                check_consistency(compiled.backward_sync_function, self.dp_transport)
                 compiled.checked = True
             executable = compiled.backward_sync
         else:
             executable = compiled.backward_local
         inputs = compiled.arrays(compiled.backward_inputs, record.args, seeds, record.saved)
-        outputs = executable.call(inputs, self.transport if executable is compiled.backward_sync else None)
+        synchronizing = executable is compiled.backward_sync
+        outputs = executable.call(inputs, self.transport if synchronizing else self.local_transport)
         record.done = True
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:
@@ -492,7 +537,7 @@ class LayerEngine:
         seeds = [_view(g) if g is not None else zeros for g, zeros in zip(output_grads, compiled.seed_types)]
         sync = record.sync
         pending_local = sync and self.unsynced
-        transport = self.transport if sync and not pending_local else None
+        transport = self.dp_transport if sync and not pending_local else None
         grads, input_grads, averaged = compiled.backward(record.args, self.param_views(), record.saved, seeds,
                                                          transport)
         record.done = True
@@ -507,7 +552,7 @@ class LayerEngine:
                 grads[k] = np.array(grads[k], copy=True)
                 by_dtype.setdefault(grads[k].dtype.str, []).append(k)
             for positions in by_dtype.values():
-                reduced = self.transport.allreduce_many([grads[k] for k in positions], self.config.reduction,
+                reduced = self.dp_transport.allreduce_many([grads[k] for k in positions], self.config.reduction,
                                                         name="dygraph_paddle_grads")
                 for k, value in zip(positions, reduced):
                     np.copyto(grads[k], value, casting="no")
@@ -535,14 +580,14 @@ class LayerEngine:
             handed = [g for g in grads if g is not None]
             if handed:
                 views = [_view(g) for g in handed]
-                reduced = self.transport.allreduce_many(views, self.config.reduction, name="dygraph_new_grads")
+                reduced = self.dp_transport.allreduce_many(views, self.config.reduction, name="dygraph_new_grads")
                 for view, value in zip(views, reduced):
                     np.copyto(view, value, casting="no")
             present = [params[n] for n, g in zip(cap.grads, grads) if g is None]
             self.allreduce_grads(present)
             self.updates -= 1  # counted once below
             self.unsynced = False
-        elif not sync and self.transport.size > 1:
+        elif not sync and self.dp_transport is not None:
             self.unsynced = True
         if sync:
             self.updates += 1
@@ -570,6 +615,3 @@ def check_options(config: dict):
     if config.sync_batch_norm:
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")
-    if config.mp_degree != 1:
-        raise ConfigError("mp_degree: tensor parallelism runs in static legacy programs only so far "
-                          "(docs/model-parallel.md); in dygraph mp_degree must be 1")

@@ -61,6 +61,7 @@ def distributed_optimizer(fleet_obj, optimizer, strategy=None):
     """The user's optimizer itself: gradients arrive averaged (fleet's bookkeeping is kept)."""
     if strategy is not None:
         fleet_obj._user_defined_strategy = copy.deepcopy(strategy)
-    check_dygraph(fleet_obj, strategy_in_effect(fleet_obj))
+    config = check_dygraph(fleet_obj, strategy_in_effect(fleet_obj))
+    features.check_tensor_parallel_clip(optimizer, int(config.get("mp_degree", 1)))
     fleet_obj.user_defined_optimizer = optimizer
     return optimizer

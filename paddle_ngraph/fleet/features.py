@@ -12,7 +12,7 @@ each feature is either mapped onto what the engine does, with Paddle's semantics
   ``adaptive_localsgd`` -> ``localsgd_k_steps``, ``localsgd_begin_step``, ``localsgd_adaptive``; ``amp`` with
   ``amp_configs['use_pure_bf16']`` -> ``precision: bf16`` (``amp`` in float16 is refused);
   ``tensor_parallel`` (``tensor_parallel_degree``) or ``hybrid_configs['mp_degree']`` -> ``mp_degree``
-  (static programs only: docs/model-parallel.md). Keys set in
+  (``tensor_parallel`` in static programs; ``hybrid_configs`` in both: docs/model-parallel.md). Keys set in
   ``strategy.ngraph_configs`` win over these (logged once).
 - the inner optimizer, as Paddle's ``LarsOptimizer``/``LambOptimizer`` meta optimizers build
   it: ``lars`` turns Momentum into ``LarsMomentumOptimizer``, ``lamb`` turns Adam into ``Lamb``.
@@ -42,7 +42,7 @@ FEATURES: dict[str, str | None] = {
     "amp": None,  # bf16 (amp_configs use_pure_bf16) maps onto precision: bf16 (amp_config); float16 is refused
     "dgc": "deep gradient compression is for GPUs; use ngraph_configs compress: bf16 or fp16",
     "pipeline": "pipeline parallelism: paddle_ngraph runs data parallelism",
-    "tensor_parallel": None,  # mp_degree, for static programs (tensor_parallel_config); refused in dygraph
+    "tensor_parallel": None,  # mp_degree, for static programs (tensor_parallel_config); dygraph: hybrid_configs
     "asp": "sparsity (ASP) is for GPUs",
     "qat": "quantization-aware training is not available on the engine",
     "elastic": "elastic training is not available with strategy.ngraph",
@@ -248,8 +248,8 @@ def lamb_from(opt, configs):
         exclude_from_weight_decay_fn=exclude_fn if excluded else None, name=opt._name)
 
 
-# Degrees of Paddle's hybrid parallelism (hybrid_configs) the engine does not run; mp_degree only in
-# static programs (tensor parallelism of paddle.distributed.split, docs/model-parallel.md).
+# Degrees of Paddle's hybrid parallelism (hybrid_configs) the engine does not run (mp_degree it
+# does, with dp_degree: docs/model-parallel.md).
 UNSUPPORTED_DEGREES = ("pp_degree", "sharding_degree", "sep_degree", "cp_degree", "ep_degree",
                        "moe_sharding_degree")
 
@@ -258,12 +258,13 @@ def unsupported_features(strategy, dygraph: bool = False) -> list[str]:
     found = refused(strategy)
     try:
         hybrid = strategy.hybrid_configs
-        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES + ("mp_degree",) * dygraph
+        found += [f"strategy.hybrid_configs['{d}']={hybrid[d]}" for d in UNSUPPORTED_DEGREES
                   if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
     except Exception:  # pragma: no cover - a Paddle without these configs
         pass
     if dygraph and enabled(strategy, "tensor_parallel"):
-        found.append("strategy.tensor_parallel (tensor parallelism runs in static legacy programs only so far: "
+        found.append("strategy.tensor_parallel (it configures paddle.distributed.split in static programs; in "
+                     "dygraph, fleet.meta_parallel's layers take strategy.hybrid_configs['mp_degree']: "
                      "docs/model-parallel.md)")
     return found
 
@@ -273,3 +274,17 @@ def check_strategy(strategy, dygraph: bool = False) -> None:
     if found:
         raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
                           f"strategy.ngraph off (README: \"Paddle's strategy features\")")
+
+
+def check_tensor_parallel_clip(optimizer, mp_degree: int) -> None:
+    """In dygraph the optimizer is the user's and runs in Paddle on each rank's gradients. Under
+    tensor parallelism a rank holds shards: a norm over its gradients is not the dense model's
+    (Paddle's HybridParallelOptimizer sums the squares over the model-parallel group, which this
+    path does not do yet), so clipping by a norm is refused; elementwise clipping is exact."""
+    from paddle.nn import ClipGradByGlobalNorm, ClipGradByNorm
+
+    clip = getattr(optimizer, "_grad_clip", None)
+    if mp_degree > 1 and isinstance(clip, (ClipGradByGlobalNorm, ClipGradByNorm)):
+        raise ConfigError(f"grad_clip={type(clip).__name__} with mp_degree {mp_degree} in dygraph: each rank would "
+                          f"clip by the norm of its own shards, not the model's (not available yet); use "
+                          f"ClipGradByValue or no clipping")

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..quiet import paddle_minimize_warnings_ignored
 from . import dygraph, features
 from .features import check_strategy
+from .hybrid_groups import init_hybrid_parallel_env
 from ..config import Config
 from ..config_sources import resolve_config
 from ..log_level import apply_log_level
@@ -243,6 +244,8 @@ def install(fleet_module) -> None:
     fleet_optimizer.distributed_optimizer = _distributed_optimizer
     fleet_module.distributed_optimizer = _distributed_optimizer
     PaddleCloudRoleMaker._collective_env = _collective_env
+    _ORIGINALS["_init_hybrid_parallel_env"] = Fleet._init_hybrid_parallel_env
+    Fleet._init_hybrid_parallel_env = init_hybrid_parallel_env(Fleet._init_hybrid_parallel_env)
     Fleet._paddle_ngraph_installed = True
 
 

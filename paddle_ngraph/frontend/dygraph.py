@@ -32,12 +32,14 @@ from dataclasses import dataclass, field
 
 from ..errors import ConversionError, UnsupportedOpsError
 from ..ir import Function
+from ..ir.groups import RankLayout
 from ..ir.ops import Parameter
 from ..ir.roles import ResultName, Role, state_result
 from .split_backward import Split, split_backward
 from .pir_decoder import decode_program
 from .converters import OP_TABLE, SKIPPED_OPS
 from .session import ConversionSession, find_unsupported
+from .tensor_parallel_capture import tensor_parallel_tracing
 
 FAKE = "Fake_var"
 SEED_PREFIX = "grad_out:"
@@ -226,9 +228,11 @@ class RefusedCaptureError(CaptureError):
     op can run in Paddle between engine segments."""
 
 
-def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced | None = None) -> Capture:
+def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced | None = None,
+            layout: RankLayout | None = None) -> Capture:
     """Captures ``layer(*args)`` whole; ``with_grad``: the backward too (else forward only);
-    ``traced``: its ``trace``, if done already."""
+    ``traced``: its ``trace``, if done already; ``layout``: the ranks and groups the functions
+    run on (tensor parallelism: the groups of the ops' ring ids), by default one rank."""
     if traced is None:
         traced = trace(layer, args, training, with_grad)
     name, view, ops = traced.name, traced.view, traced.ops
@@ -237,7 +241,7 @@ def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced |
         raise CaptureError(f"Layer {name}: {UnsupportedOpsError(unsupported)}")
     data, params, outputs, seeds = traced.data, traced.params, traced.outputs, traced.seeds
     x_grads, p_grads = traced.x_grads, traced.p_grads
-    session = ConversionSession(view)
+    session = ConversionSession(view, nranks=layout.nranks, layout=layout) if layout else ConversionSession(view)
     seed_params = []
     for i, (seed, out) in enumerate(zip(seeds, outputs)):
         info = view.vars[out]
@@ -287,11 +291,13 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
                            f"captured program would freeze at its first call)")
     try:
         # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
-        # follows the Layers' own ``training`` flags, read while tracing.
-        concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
-        if with_grad:
-            runnable = partial.train_program
-            return partial, runnable, runnable.program
+        # follows the Layers' own ``training`` flags, read while tracing. Fleet's tensor-parallel
+        # layers trace only with what tensor_parallel_capture.py supplies (harmless for others).
+        with tensor_parallel_tracing():
+            concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
+            if with_grad:
+                runnable = partial.train_program
+                return partial, runnable, runnable.program
         return partial, None, concrete.main_program
     except CaptureError:
         raise

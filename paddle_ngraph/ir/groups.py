@@ -14,6 +14,9 @@ Paddle's legacy tensor-parallel programs name groups by ring id (``TensorParalle
 0 the model-parallel ring, 1 the global ring, 2 the data-parallel ring); ``RankLayout.ring``
 maps them. Without model parallelism (mp_degree 1) ring 0 is the global ring, as in Paddle's
 data-parallel programs (``RawProgramOptimizer``). A group of every rank is stated as ``()``, so that one spelling means "the whole job".
+Programs traced from dygraph (PIR) name groups by the ids of Paddle's communication groups
+(``Group.id`` of the hybrid communicate group's model-parallel group, ...): a layout made with
+``rings`` (ring id -> its global ranks) maps those instead.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ class RankLayout:
     nranks: int = 1
     rank: int = 0
     mp_degree: int = 1
+    rings: tuple = ()  # ((ring id, global ranks), ...): Paddle's groups; () the legacy ring numbering
 
     def __post_init__(self):
         if self.mp_degree < 1 or self.nranks % self.mp_degree:
@@ -78,6 +82,8 @@ class RankLayout:
 
     def ring(self, ring_id: int) -> tuple[int, ...]:
         """The group of Paddle's ring ``ring_id``; a KeyError for a ring the layout does not have."""
+        if self.rings:
+            return self._whole(tuple(dict(self.rings)[ring_id]))
         if ring_id == MP_RING:
             return self.mp_group() if self.mp_degree > 1 else ALL_RANKS
         if ring_id == GLOBAL_RING:
@@ -85,3 +91,9 @@ class RankLayout:
         if ring_id == DP_RING:
             return self.dp_group()
         raise KeyError(ring_id)
+
+    def ring_names(self) -> str:
+        """The rings this layout maps, for messages."""
+        if self.rings:
+            return ", ".join(f"{ring_id}: ranks {list(ranks)}" for ring_id, ranks in self.rings)
+        return "0: model parallel, 1: global, 2: data parallel"

@@ -90,13 +90,16 @@ class InsertAllReduce(FunctionPass):
 
 
 def average_gradient_results(function: Function, names: list[str], bucket_bytes: int = 32 << 20,
-                             min_buckets: int = 1, reduction: str = "avg", compress: str = "none") -> Function:
+                             min_buckets: int = 1, reduction: str = "avg", compress: str = "none",
+                             group=()) -> Function:
     """The function with its results ``names`` (gradients that leave it, as a dygraph backward's)
-    averaged across ranks by bucketed AllReduce, buckets in the order backward makes them (the
-    producers' creation order) so that early buckets travel while the rest of backward runs."""
+    averaged across the ranks of ``group`` (``()``: every rank) by bucketed AllReduce, buckets in
+    the order backward makes them (the producers' creation order) so that early buckets travel
+    while the rest of backward runs."""
     results = dict(function.results)
     ready = sorted(names, key=lambda n: (results[n].node.id, results[n].index, n))
-    reduced, _, _ = allreduce_in_buckets([results[n] for n in ready], reduction, compress, bucket_bytes, min_buckets)
+    reduced, _, _ = allreduce_in_buckets([results[n] for n in ready], reduction, compress, bucket_bytes, min_buckets,
+                                         ranks=group)
     results.update(zip(ready, reduced))
     return Function(function.parameters, results, name=function.name)
 

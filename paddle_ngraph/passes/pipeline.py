@@ -78,13 +78,14 @@ class AverageGradientResults(FunctionPass):
     """Bucketed AllReduce over gradient results, in the order backward makes them."""
     name = "average_gradient_results"
 
-    def __init__(self, names, bucket_bytes: int, min_buckets: int, reduction: str, compress: str):
+    def __init__(self, names, bucket_bytes: int, min_buckets: int, reduction: str, compress: str, group=()):
         self.names, self.bucket_bytes, self.min_buckets = list(names), bucket_bytes, min_buckets
-        self.reduction, self.compress = reduction, compress
+        self.reduction, self.compress, self.group = reduction, compress, tuple(group)
 
     def run(self, function: Function) -> bool:
         return replace_graph(function, average_gradient_results(function, self.names, self.bucket_bytes,
-                                                                self.min_buckets, self.reduction, self.compress))
+                                                                self.min_buckets, self.reduction, self.compress,
+                                                                self.group))
 
 
 class CheckLocalSGD(FunctionPass):
@@ -171,7 +172,7 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
         passes.append(AverageResults(facts.averaged_results, config.reduction, config.compress, facts.dp_group))
     if facts.gradient_results and nranks > 1:
         passes.append(AverageGradientResults(facts.gradient_results, bucket_bytes, config.min_buckets,
-                                             config.reduction, config.compress))
+                                             config.reduction, config.compress, facts.dp_group))
     local_sgd = config.localsgd_k_steps > 0
     if local_sgd and facts.averaged_results:
         raise ConfigError(f"localsgd_k_steps (local SGD) needs the optimizer updates on the engine; the updates of "

@@ -205,7 +205,9 @@ def test_precision_bf16_marks_the_forward_and_backward_and_trains_close_to_float
     assert not np.array_equal(reference.fc.weight.numpy(), model._layers.fc.weight.numpy())
 
 
-def test_tensor_parallelism_is_refused_in_dygraph():
-    """docs/model-parallel.md: the engine runs tensor parallelism in static legacy programs only."""
-    with pytest.raises(paddle_ngraph.ConfigError, match="mp_degree: tensor parallelism runs in static legacy"):
+def test_tensor_parallelism_without_fleets_hybrid_groups_is_refused():
+    """docs/model-parallel.md: the tensor-parallel layers and the engine's rings come from the
+    hybrid groups fleet.init builds (tests/distributed/test_dygraph_model_parallel.py runs them)."""
+    with pytest.raises(paddle_ngraph.ConfigError, match="mp_degree 2 in dygraph: the tensor-parallel layers need "
+                                                        "Paddle's hybrid groups; call fleet.init"):
         paddle_ngraph.DataParallel(TwoOutputs(), mp_degree=2)

@@ -135,19 +135,37 @@ def test_unmappable_configs_are_refused(attrs, message):
         features.config_overrides(strategy_with(**attrs))
 
 
-def test_tensor_parallel_degree_maps_onto_mp_degree_in_static_programs_only():
+def test_tensor_parallel_degree_maps_onto_mp_degree():
+    """strategy.tensor_parallel configures paddle.distributed.split (static programs only);
+    hybrid_configs' mp_degree serves both static programs and fleet.meta_parallel's dygraph layers."""
     tp = strategy_with(tensor_parallel=True, tensor_parallel_configs={"tensor_parallel_degree": 2})
     assert features.config_overrides(tp) == {"mp_degree": 2}
     hybrid = strategy_with(hybrid_configs={"mp_degree": 2})
     assert features.config_overrides(hybrid) == {"mp_degree": 2}
     assert features.unsupported_features(tp) == [] and features.unsupported_features(hybrid) == []
-    assert any("strategy.tensor_parallel (tensor parallelism runs in static legacy programs only" in f
+    assert any("strategy.tensor_parallel (it configures paddle.distributed.split in static programs" in f
                for f in features.unsupported_features(tp, dygraph=True))
-    assert features.unsupported_features(hybrid, dygraph=True) == ["strategy.hybrid_configs['mp_degree']=2"]
+    assert features.unsupported_features(hybrid, dygraph=True) == []
+    assert features.unsupported_features(strategy_with(hybrid_configs={"mp_degree": 2, "pp_degree": 2}),
+                                         dygraph=True) == ["strategy.hybrid_configs['pp_degree']=2"]
     both = strategy_with(tensor_parallel=True, tensor_parallel_configs={"tensor_parallel_degree": 4},
                          hybrid_configs={"mp_degree": 2})
     with pytest.raises(ConfigError, match="disagree"):
         features.config_overrides(both)
+
+
+@pytest.mark.parametrize("clip,refused", [(paddle.nn.ClipGradByGlobalNorm(1.0), True),
+                                          (paddle.nn.ClipGradByNorm(1.0), True),
+                                          (paddle.nn.ClipGradByValue(1.0), False), (None, False)])
+def test_norm_clipping_is_refused_with_tensor_parallelism_in_dygraph(clip, refused):
+    """A rank's gradients are shards: their norm is not the model's."""
+    opt = paddle.optimizer.SGD(0.1, parameters=[paddle.create_parameter([2], "float32")], grad_clip=clip)
+    features.check_tensor_parallel_clip(opt, 1)
+    if refused:
+        with pytest.raises(ConfigError, match=f"grad_clip={type(clip).__name__} with mp_degree 2 in dygraph"):
+            features.check_tensor_parallel_clip(opt, 2)
+    else:
+        features.check_tensor_parallel_clip(opt, 2)
 
 
 def test_refused_features_name_their_reason():

@@ -1,6 +1,7 @@
-"""The local ops of Paddle's tensor-parallel programs against Paddle's own CPU kernels (legacy
-programs: paddle.distributed.split emits them there). The collectives among them need ranks:
-tests/distributed/test_model_parallel.py trains them against Paddle's dense model."""
+"""The local ops of Paddle's tensor-parallel programs against Paddle's own CPU kernels, in both IRs
+(legacy programs: paddle.distributed.split emits them there; PIR: fleet.meta_parallel's layers
+captured from dygraph). The collectives among them need ranks: tests/distributed/
+test_model_parallel.py and test_dygraph_model_parallel.py train them against Paddle's dense model."""
 import numpy as np
 import pytest
 
@@ -19,16 +20,19 @@ def _shard_case(dtype, start_index):
 
 
 def _c_embedding(start_index):
-    return lambda w, ids: static_op(None, "c_embedding", {"W": w, "Ids": ids},
-                                    {"start_index": start_index, "vocab_size": 12})
+    from paddle import _C_ops
+
+    return lambda w, ids: static_op(lambda: _C_ops.c_embedding(w, ids, start_index, 12), "c_embedding",
+                                    {"W": w, "Ids": ids}, {"start_index": start_index, "vocab_size": 12})
 
 
+@pytest.mark.parametrize("ir", ["legacy", "pir"])
 @pytest.mark.parametrize("start_index", [0, 4, 8])
-def test_c_embedding_reads_its_shard_and_zeros_elsewhere(start_index):
+def test_c_embedding_reads_its_shard_and_zeros_elsewhere(start_index, ir):
     """A shard of rows [start_index, start_index + 4) of a 12-row table; ids anywhere in the
     vocabulary (those of other shards read zeros, and their gradients reach no row here)."""
     table, ids = _shard_case("float32", start_index)
-    check_against_paddle(_c_embedding(start_index), {"w": table, "ids": ids}, ir="legacy")
+    check_against_paddle(_c_embedding(start_index), {"w": table, "ids": ids}, ir=ir)
 
 
 @pytest.mark.parametrize("start_index", [0, 4, 8])

@@ -218,3 +218,21 @@ def test_bench_small_two_segments_are_two_engines_around_the_op_left_to_paddle()
     from paddle_ngraph.frontend import OP_TABLE
 
     assert bench_small.PADDLE_OP in OP_TABLE  # put back after transpiling
+
+
+@pytest.mark.distributed
+def test_bench_dygraph_tensor_parallel_times_the_sharded_block_and_the_dense_ones():
+    from ranks import run_ranks
+
+    tool = os.path.join(ROOT, "tools", "bench_dygraph_tensor_parallel.py")
+    sharded = run_ranks(tool, 2, "--mode", "mp", "--width", "64", "--steps", "3", timeout=240)
+    lines = [line for line in sharded.stdout.splitlines() if line.startswith("mp rank")]
+    # Each rank holds half of the block's weights and the whole row-parallel bias:
+    # 64 x 128 + 128 + 128 x 64 + 64 floats.
+    assert sorted(line.split(":")[0] for line in lines) == ["mp rank 0", "mp rank 1"], sharded.stdout
+    assert all("over 2 steps; parameters 66,304 bytes here" in line for line in lines), lines
+    for mode in ("engine", "paddle"):
+        proc = subprocess.run([sys.executable, tool, "--mode", mode, "--width", "64", "--steps", "3"],
+                              capture_output=True, text=True, timeout=240, env=quiet_env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{mode} rank 0: first step" in proc.stdout and "parameters 132,352 bytes here" in proc.stdout

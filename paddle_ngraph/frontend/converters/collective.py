@@ -2,11 +2,14 @@
 ``mp_ops``): collectives over the ring an op names, and the local halves of the sharded layers.
 
 Each op names its group by ``ring_id``; the session's ``RankLayout`` (ir/groups.py) maps ring
-ids to groups of ranks (0: the model-parallel group, 1: every rank, 2: the data-parallel group;
-without model parallelism ring 0 is every rank). Paddle's legacy program spells the backward of
-these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum) over the ring,
-``mp_allreduce_sum``'s a ``c_identity``, ``c_concat``'s a ``c_split`` and ``c_embedding``'s
-``c_embedding_grad``; so each converter here is a forward computation.
+ids to groups of ranks (legacy programs: 0 the model-parallel group, 1 every rank, 2 the
+data-parallel group, without model parallelism ring 0 is every rank; PIR programs captured from
+dygraph: the ids of Paddle's communication groups, read from Paddle's group registry). Paddle
+spells the backward of these ops out itself: ``c_identity``'s gradient is an ``all_reduce`` (sum)
+over the ring (in PIR an ``mp_allreduce_sum``, which the dygraph capture supplies:
+frontend/tensor_parallel_capture.py), ``mp_allreduce_sum``'s a ``c_identity``, ``c_concat``'s a
+``c_split`` and ``c_embedding``'s ``c_embedding_grad``; so each converter here is a forward
+computation. The PIR ops (``pd_op.<op>``) share the converters of their legacy namesakes.
 
 - ``c_identity``: the identity (its forward; Paddle emits its gradient as an AllReduce).
 - ``mp_allreduce_sum``, ``all_reduce`` (by its ``reduce_type``): AllReduce over the ring. (Paddle
@@ -39,8 +42,8 @@ def ring_group(ctx) -> tuple[int, ...]:
     try:
         return ctx.session.layout.ring(ring_id)
     except KeyError:
-        raise ctx.fail(f"ring_id {ring_id} is none of the rings of a tensor-parallel program "
-                       f"(0: model parallel, 1: global, 2: data parallel)") from None
+        raise ctx.fail(f"ring_id {ring_id} is none of the rings known here ({ctx.session.layout.ring_names()})"
+                       ) from None
 
 
 def _checked_nranks(ctx, group) -> int:
@@ -59,12 +62,12 @@ def _allreduce(ctx, reduction: str):
     ctx.set_output(("Out", "out"), node.output())
 
 
-@converter("c_identity")
+@converter("c_identity", "pd_op.c_identity")
 def c_identity(ctx):
     ctx.set_output(("Out", "out"), ctx.input("X", "x"))
 
 
-@converter("mp_allreduce_sum")
+@converter("mp_allreduce_sum", "pd_op.mp_allreduce_sum")
 def mp_allreduce_sum(ctx):
     _allreduce(ctx, "sum")
 
@@ -77,7 +80,7 @@ def all_reduce(ctx):
     _allreduce(ctx, REDUCE_TYPES[reduce_type])
 
 
-@converter("c_concat")
+@converter("c_concat", "pd_op.c_concat")
 def c_concat(ctx):
     x = ctx.input("X", "x")
     group = ring_group(ctx)
@@ -86,7 +89,7 @@ def c_concat(ctx):
     ctx.set_output(("Out", "out"), node.output())
 
 
-@converter("c_split")
+@converter("c_split", "pd_op.c_split")
 def c_split(ctx):
     x = ctx.input("X", "x")
     nranks = _checked_nranks(ctx, ring_group(ctx))
@@ -105,7 +108,7 @@ def c_split(ctx):
 def _shard_ids(ctx, rows: int) -> Output:
     """The ids as rows of the shard, ``rows`` (the padding row of the widened table) where an id
     is not in the shard."""
-    ids = ctx.input("Ids", "ids")
+    ids = ctx.input("Ids", "x")
     start = int(ctx.attr("start_index", default=0))
     local = ops.Subtract(ids, constant(start, ids.dtype)).output()
     inside = ops.LogicalAnd(ops.GreaterEqual(local, constant(0, ids.dtype)).output(),
@@ -126,14 +129,14 @@ def _table(ctx) -> tuple[Output, int]:
     return table, table.shape[0]
 
 
-@converter("c_embedding")
+@converter("c_embedding", "pd_op.c_embedding")
 def c_embedding(ctx):
     table, rows = _table(ctx)
     node = ops.EmbeddingLookup(_widened(table), _shard_ids(ctx, rows), padding_idx=rows)
     ctx.set_output(("Out", "out"), node.output())
 
 
-@converter("c_embedding_grad")
+@converter("c_embedding_grad", "pd_op.c_embedding_grad")
 def c_embedding_grad(ctx):
     table, rows = _table(ctx)
     grad = ops.EmbeddingLookupBackprop(_widened(table), _shard_ids(ctx, rows), ctx.input("Out@GRAD", "out_grad"),
@@ -171,7 +174,7 @@ def _ignored(ctx, label: Output) -> Output:
     return ops.Equal(label, constant(ignore_index, label.dtype)).output()
 
 
-@converter("c_softmax_with_cross_entropy")
+@converter("c_softmax_with_cross_entropy", "pd_op.c_softmax_with_cross_entropy")
 def c_softmax_with_cross_entropy(ctx):
     """As Paddle's kernel: the row maximum AllReduced (max), the target logit (after subtracting
     it) AllReduced (sum: one shard holds it, the others give 0), the sum of exponentials AllReduced
@@ -196,7 +199,7 @@ def c_softmax_with_cross_entropy(ctx):
     ctx.set_output(("Softmax", "softmax"), ops.Multiply(exps, inverse).output())
 
 
-@converter("c_softmax_with_cross_entropy_grad")
+@converter("c_softmax_with_cross_entropy_grad", "pd_op.c_softmax_with_cross_entropy_grad")
 def c_softmax_with_cross_entropy_grad(ctx):
     """(softmax - one-hot of the label within this shard) * the loss gradient of the row; rows of
     ignore_index get 0. No communication: the forward pass left each rank its shard's softmax."""
