@@ -3,7 +3,9 @@
 ``PADDLE_NGRAPH_TIMELINE=path.json`` turns it on (read once, at ``transpile``). Each step's
 executable reports spans (see ``Span``): every kernel on the compute thread, each bucket's pack
 and Wait there, each bucket's transfer on the communication thread, so that one can see how much
-of the communication the backward compute hides. With N > 1 ranks each rank writes its own file,
+of the communication the backward compute hides. A collective over a group of ranks (tensor
+parallelism: ir/groups.py) is drawn in a lane of its own per group, named by its ranks, beside the
+lane of the job-wide collectives. With N > 1 ranks each rank writes its own file,
 the rank inserted before the extension (``trace.json`` -> ``trace.rank0.json``); one rank writes
 ``path`` itself. The file is written at exit (and by ``write()``).
 
@@ -30,10 +32,13 @@ STEPS_VARIABLE = "PADDLE_NGRAPH_TIMELINE_STEPS"
 DEFAULT_STEPS = 20
 
 # Thread ids in the trace. The native executor runs every kernel on one compute thread per process;
-# each executable has its own communication thread, numbered after the engine.
+# each executable has its own communication thread, numbered after the engine. Collectives over a
+# group of ranks get lanes of their own (numbered from GROUP_LANE_BASE in the order the groups are
+# first seen): what runs over the model-parallel and the data-parallel groups shows apart.
 PADDLE_THREAD = 0
 COMPUTE_THREAD = 1
 COMM_THREAD_BASE = 100
+GROUP_LANE_BASE = 10_000
 
 
 class Span(NamedTuple):
@@ -91,6 +96,16 @@ def collective_bytes(node) -> int:
     return sum(t.nbytes() for t in node.output_types)
 
 
+def collective_args(node) -> dict:
+    """A collective's span arguments: its bucket, bytes, op, and its group's ranks where it runs
+    over a group (not every rank)."""
+    args = {"bucket": bucket_of(node), "bytes": collective_bytes(node), "op": node.op_type}
+    group = tuple(node.attrs.get("group") or ())
+    if group:
+        args["group"] = list(group)
+    return args
+
+
 class Timeline:
     """The spans of the last ``max_steps`` steps of this process, written as one Chrome trace."""
 
@@ -111,13 +126,22 @@ class Timeline:
             steps = list(self.steps)
         pid = self.rank
         threads = {PADDLE_THREAD: "paddle (ngraph_engine op)", COMPUTE_THREAD: "compute"}
+        group_lanes: dict = {}  # (engine id, group) -> tid
         events = []
         for engine_id, step, batches in steps:
             comm = COMM_THREAD_BASE + engine_id
             threads.setdefault(comm, f"communication (engine {engine_id})")
             tids = {"paddle": PADDLE_THREAD, "compute": COMPUTE_THREAD, "comm": comm}
             for s in (span for batch in batches for span in batch):
-                events.append({"name": s.name, "cat": s.cat, "ph": "X", "pid": pid, "tid": tids[s.thread],
+                tid = tids[s.thread]
+                group = s.args.get("group")
+                if s.thread == "comm" and group:
+                    key = (engine_id, tuple(group))
+                    if key not in group_lanes:
+                        group_lanes[key] = GROUP_LANE_BASE + len(group_lanes)
+                        threads[group_lanes[key]] = f"communication (engine {engine_id}, group {list(group)})"
+                    tid = group_lanes[key]
+                events.append({"name": s.name, "cat": s.cat, "ph": "X", "pid": pid, "tid": tid,
                                "ts": s.begin * 1e6, "dur": max(0.0, s.end - s.begin) * 1e6,
                                "args": {"step": step, "engine": engine_id, **s.args}})
         meta = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": f"rank {self.rank}"}},

@@ -148,3 +148,36 @@ def test_bad_settings_are_config_errors_naming_the_variable(tmp_path, monkeypatc
     monkeypatch.setenv("PADDLE_NGRAPH_TIMELINE", str(tmp_path / "missing" / "trace.json"))
     with pytest.raises(ConfigError, match="PADDLE_NGRAPH_TIMELINE=.*does not exist"):
         timeline_from_env(0, 1)
+
+
+def test_collectives_over_groups_get_a_lane_per_group():
+    """A rank of dp 2 x mp 2: the model's AllReduce over its model-parallel group {0, 1}, a gradient
+    bucket over its data-parallel group {0, 2} and one of every rank: three communication lanes,
+    each named by its group, each holding only its own group's transfers."""
+    import numpy as np
+
+    from paddle_ngraph.backends.timeline import Span, Timeline, collective_args
+    from paddle_ngraph.ir import ops
+
+    x = ops.Parameter(dtype="float32", shape=(4, 8), name="x").output()
+    nodes = [ops.AllReduce(x, group=(0, 1)), ops.AllReduce(x, group=(0, 2), bucket="grad0"), ops.AllReduce(x)]
+    assert collective_args(nodes[0])["group"] == [0, 1] and "group" not in collective_args(nodes[2])
+    assert collective_args(nodes[1])["bytes"] == 4 * 8 * 4
+    line = Timeline("/unused.json", rank=0, size=4)
+    for step in range(2):
+        spans = [Span(f"transfer {i}", "transfer", "comm", step + i / 10, step + i / 10 + 0.01, collective_args(n))
+                 for i, n in enumerate(nodes)]
+        line.add_step(7, step, spans + [Span("matmul", "MatMul", "compute", step, step + 0.05, {})])
+    trace = {"traceEvents": line.events()}
+    names = thread_names(trace)
+    lanes = {e["args"].get("group") and tuple(e["args"]["group"]): e["tid"]
+             for e in complete_events(trace, 0) if e["cat"] == "transfer"}
+    assert names[lanes[(0, 1)]] == "communication (engine 7, group [0, 1])"
+    assert names[lanes[(0, 2)]] == "communication (engine 7, group [0, 2])"
+    assert names[lanes[None]] == "communication (engine 7)"
+    assert len(set(lanes.values())) == 3
+    per_lane = {}
+    for e in complete_events(trace, 0):
+        per_lane.setdefault(e["tid"], []).append(e["name"])
+    assert per_lane[lanes[(0, 1)]] == ["transfer 0"] * 2 and per_lane[lanes[None]] == ["transfer 2"] * 2
+    assert np.isclose(sum(e["dur"] for e in complete_events(trace, 0) if e["cat"] == "transfer"), 6 * 0.01 * 1e6)

@@ -170,8 +170,7 @@ class Specialization:
                     described.append((f"{kind} {bucket}", kind, "compute", args))
             for node in self.collectives:
                 bucket = timeline.bucket_of(node)
-                described.append((f"{node.op_type} {bucket}", "transfer", "comm",
-                                  {"bucket": bucket, "bytes": timeline.collective_bytes(node), "op": node.op_type}))
+                described.append((f"{node.op_type} {bucket}", "transfer", "comm", timeline.collective_args(node)))
             self._trace_descriptions = described
         return self._trace_descriptions
 

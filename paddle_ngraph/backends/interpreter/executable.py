@@ -101,8 +101,7 @@ class InterpreterExecutable(Executable):
         """The node's place in the timeline; collectives are synchronous here, on the one thread."""
         if collective:
             bucket = timeline.bucket_of(node)
-            return (f"{node.op_type} {bucket}", "transfer", "compute",
-                    {"bucket": bucket, "bytes": timeline.collective_bytes(node), "op": node.op_type})
+            return f"{node.op_type} {bucket}", "transfer", "compute", timeline.collective_args(node)
         return node.name, timeline.update_category(node) or node.op_type, "compute", {}
 
     def last_spans(self):
