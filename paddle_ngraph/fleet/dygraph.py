@@ -16,7 +16,7 @@ import copy
 import logging
 
 from ..errors import ConfigError
-from . import features
+from . import features, tensor_parallel_clip
 from .features import check_strategy
 from ..config_sources import resolve_config
 
@@ -62,6 +62,6 @@ def distributed_optimizer(fleet_obj, optimizer, strategy=None):
     if strategy is not None:
         fleet_obj._user_defined_strategy = copy.deepcopy(strategy)
     config = check_dygraph(fleet_obj, strategy_in_effect(fleet_obj))
-    features.check_tensor_parallel_clip(optimizer, int(config.get("mp_degree", 1)))
+    tensor_parallel_clip.install(optimizer, config, int(config.get("mp_degree", 1)))
     fleet_obj.user_defined_optimizer = optimizer
     return optimizer

@@ -274,17 +274,3 @@ def check_strategy(strategy, dygraph: bool = False) -> None:
     if found:
         raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
                           f"strategy.ngraph off (README: \"Paddle's strategy features\")")
-
-
-def check_tensor_parallel_clip(optimizer, mp_degree: int) -> None:
-    """In dygraph the optimizer is the user's and runs in Paddle on each rank's gradients. Under
-    tensor parallelism a rank holds shards: a norm over its gradients is not the dense model's
-    (Paddle's HybridParallelOptimizer sums the squares over the model-parallel group, which this
-    path does not do yet), so clipping by a norm is refused; elementwise clipping is exact."""
-    from paddle.nn import ClipGradByGlobalNorm, ClipGradByNorm
-
-    clip = getattr(optimizer, "_grad_clip", None)
-    if mp_degree > 1 and isinstance(clip, (ClipGradByGlobalNorm, ClipGradByNorm)):
-        raise ConfigError(f"grad_clip={type(clip).__name__} with mp_degree {mp_degree} in dygraph: each rank would "
-                          f"clip by the norm of its own shards, not the model's (not available yet); use "
-                          f"ClipGradByValue or no clipping")

@@ -17,7 +17,9 @@ cover the layer kinds:
 
 5 SGD steps: losses within rtol 5e-5, the first step's gradients reassembled equal to the dense
 ones (the dense embedding's among them: non-zero), the trained shards reassembled equal to the
-dense parameters (1e-5). Each job checks several things (the suite's time): mp 2 on 2 ranks under
+dense parameters (1e-5); the same with the gradients clipped by the global norm and by each
+gradient's norm (the dense model's norms: the shards' squares summed over the model-parallel
+group). Each job checks several things (the suite's time): mp 2 on 2 ranks under
 mpirun on both backends (fleet's wrapper on the CPU backend, ``paddle_ngraph.DataParallel`` on the
 interpreter), under ``paddle.distributed.launch``, and 2 replicas x 2 shards on 4 ranks (there also
 with micro-batches under ``no_sync``). The first job also checks that a tensor-parallel Layer the
@@ -45,6 +47,10 @@ MODELS = {
                 "out_w": ((MIDDLE, CLASSES), 1), "out_b": ((CLASSES,), 0)},
 }
 ZERO_INIT = {"col_b", "row_b", "out_b"}
+# Clipping by a norm: under tensor parallelism the norm must be the dense model's (the squares of the
+# shards summed over the model-parallel group). Limits well below the gradients' norms (checked).
+CLIP_NORM = 0.05
+CLIPS = {"global_norm": "ClipGradByGlobalNorm", "norm": "ClipGradByNorm"}  # paddle.nn classes
 
 
 def full_weights(model: str) -> dict:
@@ -139,14 +145,15 @@ def build(model: str, weights: dict, parallel: bool):
     return layer, names
 
 
-def train(model: str, layer, params: dict, replica: int, replicas: int = 1, wrap=lambda opt: opt):
+def train(model: str, layer, params: dict, replica: int, replicas: int = 1, wrap=lambda opt: opt, clip=None):
     """5 SGD steps: (losses, the first step's gradients, the trained parameters). ``replicas`` > 1:
     the batches of that many replicas concatenated (the dense run); ``wrap``: what becomes of the
-    optimizer (fleet.distributed_optimizer)."""
+    optimizer (fleet.distributed_optimizer); ``clip``: a key of CLIPS."""
     import paddle
     import paddle.nn.functional as F
 
-    opt = wrap(paddle.optimizer.SGD(LR, parameters=layer.parameters()))
+    grad_clip = getattr(paddle.nn, CLIPS[clip])(CLIP_NORM) if clip else None
+    opt = wrap(paddle.optimizer.SGD(LR, parameters=layer.parameters(), grad_clip=grad_clip))
     losses, grads = [], {}
     for step in range(STEPS):
         parts = [batch(step, r) for r in range(replica, replica + replicas)]
@@ -198,6 +205,11 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
                                       "eager_steps": engine.eager_steps, "updates": engine.updates,
                                       "collectives": collectives, "transport": engine.transport.name,
                                       "sharded": sorted(n for n, p in params.items() if p.is_distributed)}
+    clipped = {}
+    for clip in ("global_norm", "norm"):  # the sharded model (every layer kind sharded), CPU backend
+        layer, params = build("sharded", rank_weights("sharded", mp_rank, mp, replica), parallel=True)
+        clipped[clip] = train("sharded", fleet.distributed_model(layer), params, replica,
+                              wrap=fleet.distributed_optimizer, clip=clip)[2]
     no_sync = None
     if dp > 1:  # two micro-batches a step, the first under no_sync
         weights = rank_weights("sharded", mp_rank, mp, replica)
@@ -206,7 +218,7 @@ def mp_worker(dp: int, mp: int, interpreter_too: bool):
         trained = train_micro_batches(wrapped, params, range(replica, replica + 1), fleet.distributed_optimizer)
         no_sync = {"params": trained, "updates": wrapped.engine.updates}
     return {"rank": rank, "runs": runs, "refusal": uncapturable_refusal(mp) if interpreter_too else None,
-            "no_sync": no_sync}
+            "no_sync": no_sync, "clipped": clipped}
 
 
 def train_micro_batches(layer, params: dict, replicas, wrap=lambda opt: opt):
@@ -260,13 +272,29 @@ def uncapturable_refusal(mp: int) -> str:
     return "no error"
 
 
-def dense_run(model: str, replicas: int):
+def dense_run(model: str, replicas: int, clip=None):
     """Paddle alone, eagerly, one process: the dense Layer on the concatenated batches."""
     import paddle
 
     paddle.disable_static()
     layer, params = build(model, full_weights(model), parallel=False)
-    return train(model, layer, params, 0, replicas)
+    return train(model, layer, params, 0, replicas, clip=clip)
+
+
+def check_clipping_against_dense(results, dp: int, mp: int):
+    """Clipping by the global norm and by each gradient's norm: the trained shards reassembled
+    equal Paddle's dense model clipped the same way (so the sharded gradients' norms were the
+    dense ones), which clipping changed (the limits bite)."""
+    results = sorted(results, key=lambda r: r["rank"])
+    unclipped = dense_run("sharded", dp)[2]
+    for clip in ("global_norm", "norm"):
+        dense = dense_run("sharded", dp, clip=clip)[2]
+        assert not np.allclose(dense["col_w"], unclipped["col_w"], rtol=1e-3), clip
+        for name, (_, axis) in MODELS["sharded"].items():
+            for replica in range(dp):
+                shards = [results[replica * mp + m]["clipped"][clip][name] for m in range(mp)]
+                got = shards[0] if axis is None else np.concatenate(shards, axis=axis)
+                np.testing.assert_allclose(got, dense[name], rtol=1e-5, atol=1e-6, err_msg=f"{clip} {name}")
 
 
 def reassembled(results, key, what: str, name: str, axis, replica: int, mp: int):
@@ -315,6 +343,7 @@ def test_two_ranks_mpirun_both_backends():
     """mp_degree 2 = ranks: the model's own collectives over every rank, no gradient AllReduce."""
     run = run_ranks(mp_worker, 2, 1, 2, True, timeout=400)
     check_against_dense(run.results, 1, 2, backends=("CPU", "INTERPRETER"))
+    check_clipping_against_dense(run.results, 1, 2)
     for backend in ("CPU", "INTERPRETER"):
         for collectives in collectives_of(run.results, backend, "gathered"):
             # c_concat's AllGather (forward), c_identity's gradient and mp_allreduce_sum: AllReduce.
@@ -339,6 +368,7 @@ def test_two_replicas_of_two_shards_on_four_ranks():
     """dp 2 x mp 2: gradients averaged over each data-parallel group ({0, 2}, {1, 3}) only."""
     run = run_ranks(mp_worker, 4, 2, 2, False, timeout=600)
     check_against_dense(run.results, 2, 2)
+    check_clipping_against_dense(run.results, 2, 2)
     # no_sync: the accumulated micro-batches averaged once per step over the data-parallel group.
     dense_layer, dense_params = build("sharded", full_weights("sharded"), parallel=False)
     dense = train_micro_batches(dense_layer, dense_params, range(2))

@@ -154,20 +154,6 @@ def test_tensor_parallel_degree_maps_onto_mp_degree():
         features.config_overrides(both)
 
 
-@pytest.mark.parametrize("clip,refused", [(paddle.nn.ClipGradByGlobalNorm(1.0), True),
-                                          (paddle.nn.ClipGradByNorm(1.0), True),
-                                          (paddle.nn.ClipGradByValue(1.0), False), (None, False)])
-def test_norm_clipping_is_refused_with_tensor_parallelism_in_dygraph(clip, refused):
-    """A rank's gradients are shards: their norm is not the model's."""
-    opt = paddle.optimizer.SGD(0.1, parameters=[paddle.create_parameter([2], "float32")], grad_clip=clip)
-    features.check_tensor_parallel_clip(opt, 1)
-    if refused:
-        with pytest.raises(ConfigError, match=f"grad_clip={type(clip).__name__} with mp_degree 2 in dygraph"):
-            features.check_tensor_parallel_clip(opt, 2)
-    else:
-        features.check_tensor_parallel_clip(opt, 2)
-
-
 def test_refused_features_name_their_reason():
     found = features.refused(strategy_with(amp=True, dgc=True))
     assert any(f.startswith("strategy.amp (mixed precision") for f in found)
