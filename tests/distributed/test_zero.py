@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, run_reference
+from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, declare_runs, run_reference
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from ranks import run_ranks
 
@@ -28,6 +28,9 @@ RUNS = {
 }
 for _n in (2, 3):
     declare_reference(_n, "pir", steps=10)
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")
