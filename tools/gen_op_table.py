@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import os
 import sys
@@ -47,14 +48,29 @@ def _in_package(obj, package: str) -> bool:
     return bool(module) and (module == package or module.startswith(package + "."))
 
 
-def ir_ops_of(function, package: str | None = None, _seen: set | None = None) -> set[str]:
+def ir_ops_of(function, package: str | None = None) -> set[str]:
     """IR op types named by ``function`` and by the converters-package functions it references."""
     package = package or _converters_package()
-    seen = _seen if _seen is not None else set()
-    if function in seen:
-        return set()
-    seen.add(function)
     found: set[str] = set()
+    seen, pending = {function}, [function]
+    while pending:
+        op_types, referenced = _named_by(pending.pop(), package)
+        found.update(op_types)
+        for helper in referenced:
+            if helper not in seen:
+                seen.add(helper)
+                pending.append(helper)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _named_by(function, package: str) -> tuple[frozenset, tuple]:
+    """What ``function``'s own source names: IR op types, and converters-package functions.
+
+    Cached: parsing a function's source is the cost of the table (many converters share helpers,
+    and the tests render the table several times in one process)."""
+    found: set[str] = set()
+    referenced: list = []
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     namespace = function.__globals__
 
@@ -63,7 +79,7 @@ def ir_ops_of(function, package: str | None = None, _seen: set | None = None) ->
         if op_type is not None:
             found.add(op_type)
         elif isinstance(value, types.FunctionType) and _in_package(value, package):
-            found.update(ir_ops_of(value, package, seen))
+            referenced.append(value)
         elif isinstance(value, dict):
             for item in value.values():
                 if _ir_op_type(item) is not None:
@@ -81,7 +97,7 @@ def ir_ops_of(function, package: str | None = None, _seen: set | None = None) ->
             # ``ops.Add`` (the IR op package) or ``shape.zeros_like`` (another converters module)
             if isinstance(owner, types.ModuleType) and hasattr(owner, node.attr):
                 visit_value(getattr(owner, node.attr))
-    return found
+    return frozenset(found), tuple(referenced)
 
 
 def rows() -> list[dict]:

@@ -49,16 +49,25 @@ def train_with_checkpoints(root, steps, save_and_die=False, resume=False):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
 
 
+def resume_and_train_uninterrupted(root):
+    """On every rank, in one job: K steps from the checkpoint in ``root``, then, in a scope of its
+    own, 2K steps from the start (the reference: training that was never interrupted)."""
+    trained = {}
+    for name, args in (("resumed", (K, False, True)), ("uninterrupted", (2 * K,))):
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            trained[name] = train_with_checkpoints(root, *args)
+    return trained
+
+
 @pytest.mark.distributed
 def test_resume_after_a_kill_equals_uninterrupted_training_bitwise(tmp_path):
     root = tmp_path / "ckpt"
-    full = run_ranks(train_with_checkpoints, 2, root, 2 * K, timeout=300).results
     proc = run_ranks(train_with_checkpoints, 2, root, K, True, timeout=300, check=False)
     assert proc.returncode != 0  # killed after saving
     assert sorted(os.listdir(root)) == ["latest", f"step-{K:06d}"]  # rank 0 alone wrote, nothing left over
-    resumed = run_ranks(train_with_checkpoints, 2, root, K, False, True, timeout=300).results
+    trained = run_ranks(resume_and_train_uninterrupted, 2, root, timeout=300).results
     for rank in (0, 1):
-        a, b = full[rank], resumed[rank]
+        a, b = trained[rank]["uninterrupted"], trained[rank]["resumed"]
         assert set(a) == set(b) and any("moment" in n for n in a)
         for name in a:
             np.testing.assert_array_equal(b[name], a[name], err_msg=f"rank {rank}: {name}")

@@ -3,9 +3,11 @@
 Each mpirun or launch job pays Paddle's import on every rank (about 5-10 s here), which was most
 of these tests' time. So:
 
-- ``Runs``: a module declares its runs up front (label -> ranks and worker arguments); the first
-  test that asks for a run's output trains every run that can share its job in one job, through
-  the worker's ``--then`` (run_sequence.py). The others find theirs done.
+- ``Runs``: a module declares its runs up front (label -> ranks and worker arguments) with
+  ``declare_runs`` at import; the first test that asks for a run's output trains every declared run
+  that can share its job in one job, whichever module declared it, through the worker's ``--then``
+  (run_sequence.py). The others, in this module or another, find theirs done. A run declared twice
+  (the same worker, ranks and arguments) trains once.
 - ``References`` (``run_reference`` for dp_worker.py): one process of plain Paddle on the
   concatenated batch; each configuration is trained once per session, and every configuration that
   test modules declared and that is still missing is trained in the same process.
@@ -52,36 +54,60 @@ class Run:
                 self.group)
 
 
+# The runs every test module declared (declare_runs), and those trained, session-wide: a job
+# trains every declared run that can share it, so that modules do not each pay the ranks' start.
+_DECLARED: list[tuple[str, Run]] = []  # (worker, run)
+_TRAINED: dict[tuple[str, Run], tuple[Path, object]] = {}  # -> (output directory, job or its failure)
+
+
+def declare_runs(runs: dict[str, Run], worker: str = WORKER) -> None:
+    """Runs a test module will ask for (at its import): trained with the first of their job asked for."""
+    _DECLARED.extend((worker, run) for run in runs.values())
+
+
 class Runs:
-    """The runs a test module needs, trained lazily, one job per group of runs that can share it
-    (``worker``: dp_worker.py or another worker that takes ``--then``)."""
+    """The runs a test module needs, trained lazily, one job per group of declared runs that can
+    share it (``worker``: dp_worker.py or another worker that takes ``--then``). Runs with a
+    ``group`` never share a job with another module's runs: a test reads that job's output."""
 
     def __init__(self, root: Path, runs: dict[str, Run], worker: str = WORKER):
-        self.root, self.runs, self.worker, self.jobs = Path(root), runs, worker, {}
+        self.root, self.runs, self.worker = Path(root), runs, worker
+
+    def _trained(self, label: str) -> tuple[Path, object]:
+        key = (self.worker, self.runs[label])
+        if key not in _TRAINED:
+            job = key[1].job()
+            own = [(self.worker, run) for run in self.runs.values()]
+            others = [] if job[-1] else _DECLARED  # a group: this module's runs only
+            keys = [k for k in dict.fromkeys([key, *own, *others])
+                    if k[0] == self.worker and k[1].job() == job and k not in _TRAINED]
+            argv, outs = [], []
+            for _, run in keys:
+                out = self.root / f"run{len(_TRAINED) + len(outs)}"
+                out.mkdir()
+                outs.append(out)
+                argv += [*(["--then"] if argv else []), "--out", out, *run.args]
+            nranks, launcher = job[:2]
+            try:
+                done = run_ranks(self.worker, nranks, *argv, launcher=launcher, timeout=240 + 120 * len(keys))
+            except Exception as failure:  # each run of the failed job reports its message
+                done = failure
+            _TRAINED.update((k, (out, done)) for k, out in zip(keys, outs))
+        return _TRAINED[key]
 
     def job(self, label: str):
         """The job (ranks.RankRun) that trained run ``label``."""
-        self[label]
-        return self.jobs[label]
+        done = self._trained(label)[1]
+        if isinstance(done, Exception):
+            raise done
+        return done
 
     def __getitem__(self, label: str) -> Path:
         """The output directory of run ``label`` (<optimizer>_rank<r>.npz), trained with its job."""
-        if label not in self.jobs:
-            job = self.runs[label].job()
-            labels = [name for name, run in self.runs.items() if run.job() == job and name not in self.jobs]
-            argv = []
-            for name in labels:
-                (self.root / name).mkdir()
-                argv += [*(["--then"] if argv else []), "--out", self.root / name, *self.runs[name].args]
-            nranks, launcher = job[:2]
-            try:
-                done = run_ranks(self.worker, nranks, *argv, launcher=launcher, timeout=240 + 120 * len(labels))
-            except Exception as failure:  # each run of the failed job reports its message
-                done = failure
-            self.jobs.update((name, done) for name in labels)
-        if isinstance(self.jobs[label], Exception):
-            raise self.jobs[label]
-        return self.root / label
+        out, done = self._trained(label)
+        if isinstance(done, Exception):
+            raise done
+        return out
 
 
 class References:

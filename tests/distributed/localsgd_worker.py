@@ -5,6 +5,9 @@ batch, with ``transpile(localsgd_k_steps=...)`` or, with ``--fleet``, through fl
 ``strategy.localsgd`` / ``strategy.adaptive_localsgd``. Writes <out>/rank<r>.npz: the data (every
 rank's batches), rank 0's initial parameters, this rank's parameters after every step, its
 losses, and per step whether the engine averaged and its k afterwards.
+
+Several runs in one job (one start of the ranks for them all): their argument lists separated by
+``--then``, each with its own ``--out``; they run one after the other, each on its own program.
 """
 import argparse
 import os
@@ -30,14 +33,21 @@ def data(steps: int, nranks: int):
     return x, y
 
 
+def fc(x, size, name):
+    """paddle.static.nn.fc with its parameters named: a PIR program built after a legacy one in the
+    same process would number them on from the earlier programs (fc_2.w_0, ...)."""
+    return paddle.static.nn.fc(x, size, weight_attr=paddle.ParamAttr(name=f"{name}.w_0"),
+                               bias_attr=paddle.ParamAttr(name=f"{name}.b_0"))
+
+
 def build(args, seed):
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = seed
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [None, IN], "float32")
         y = paddle.static.data("y", [None, OUT], "float32")
-        h = paddle.nn.functional.relu(paddle.static.nn.fc(x, HIDDEN))
-        loss = paddle.mean(paddle.square(paddle.static.nn.fc(h, OUT) - y))
+        h = paddle.nn.functional.relu(fc(x, HIDDEN, "fc_0"))
+        loss = paddle.mean(paddle.square(fc(h, OUT, "fc_1") - y))
         lr = paddle.optimizer.lr.StepDecay(args.lr, step_size=args.lr_step, gamma=0.5) if args.lr_step else args.lr
         opt = (paddle.optimizer.Momentum(lr, momentum=0.9) if args.optimizer == "momentum"
                else paddle.optimizer.Adam(lr) if args.optimizer == "adam" else paddle.optimizer.SGD(lr))
@@ -59,7 +69,7 @@ def build(args, seed):
     return main, startup, loss, lr
 
 
-def main():
+def parser():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "adam"])
@@ -72,7 +82,23 @@ def main():
     p.add_argument("--backend", default="CPU")
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--fleet", action="store_true")
-    args = p.parse_args()
+    return p
+
+
+def main():
+    runs, current = [], []
+    for arg in sys.argv[1:] + ["--then"]:
+        if arg == "--then":
+            runs.append(parser().parse_args(current))
+            current = []
+        else:
+            current.append(arg)
+    for args in runs:
+        train(args)
+    return 0
+
+
+def train(args):
     info = detect_launcher()
     rank, nranks = info.rank, info.size
     paddle.enable_static()
@@ -106,7 +132,6 @@ def main():
              synced=np.array(synced), ks=np.array(ks), nranks=nranks,
              **{f"initial/{n}": v for n, v in initial.items()},
              **{f"steps/{n}": np.stack(v) for n, v in per_step.items()})
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_runs import Run, Runs, declare_reference, run_reference
+from dp_runs import Run, Runs, declare_reference, declare_runs, run_reference
 from ranks import run_ranks
 
 # Every test here starts ranks (tests/ranks.py).
@@ -33,6 +33,9 @@ RUNS = {f"{compress}-{backend}-{nranks}": Run(nranks, ("--optimizers", "momentum
         for compress, backend, nranks in COMPRESSED}
 for _n in (2, 3):
     declare_reference(_n, "pir", optimizers="momentum")
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")

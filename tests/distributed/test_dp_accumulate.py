@@ -4,7 +4,7 @@ reduce-scatter runs on the averaged accumulated gradients)."""
 import numpy as np
 import pytest
 
-from dp_runs import Run, Runs, check, declare_reference, run_reference
+from dp_runs import Run, Runs, check, declare_reference, declare_runs, run_reference
 
 # Every test here starts ranks (tests/ranks.py).
 pytestmark = pytest.mark.distributed
@@ -22,6 +22,9 @@ RUNS = {
 }
 declare_reference(2, "pir", steps=STEPS, optimizers=",".join(OPTIMIZERS), batch=K * B)
 declare_reference(2, "pir", steps=STEPS, optimizers="momentum", batch=K * B)
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ Real mpirun, real processes; every rank ends with bitwise identical parameters.
 import numpy as np
 import pytest
 
-from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, run_reference
+from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, declare_runs, run_reference
 from paddle_ngraph.distributed.ccl import available as ccl_available
 
 # Every test here starts ranks (tests/ranks.py).
@@ -29,6 +29,9 @@ for _n, _ir, _dtype in EQUIVALENCE:
 for _dtype, _optimizers in CNN:
     declare_reference(2, "pir", model="lenet", steps=10, dtype=_dtype, optimizers=_optimizers)
 declare_reference(2, "pir", steps=12, optimizers="lars")
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")

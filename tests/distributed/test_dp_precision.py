@@ -10,7 +10,7 @@ float32 run's results, with the notice once per rank.
 import numpy as np
 import pytest
 
-from dp_runs import NOT_PARAMETERS, Run, Runs, declare_reference, run_reference
+from dp_runs import NOT_PARAMETERS, Run, Runs, declare_reference, declare_runs, run_reference
 
 from paddle_ngraph.distributed.ccl import available as ccl_available
 
@@ -48,6 +48,9 @@ RUNS = dict([
 ])
 for _steps in (1, 2):
     declare_reference(NRANKS, "pir", optimizers="momentum", batch=16 * _steps)
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")

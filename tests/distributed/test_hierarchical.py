@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close
-from dp_runs import LR, Run, Runs, check, declare_reference, run_reference
+from dp_runs import LR, Run, Runs, check, declare_reference, declare_runs, run_reference
 
 # Every test here starts ranks (tests/ranks.py).
 pytestmark = pytest.mark.distributed
@@ -31,6 +31,9 @@ declare_reference(4, "pir", steps=STEPS, optimizers=OPTIMIZERS)
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     return run_reference(tmp_path_factory.mktemp("hier"), 4, "pir", steps=STEPS, optimizers=OPTIMIZERS)
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")

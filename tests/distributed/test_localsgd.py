@@ -105,27 +105,41 @@ def check(out, optimizer, k, begin, adaptive=False, lr_step=0, nranks=2):
     return ref
 
 
-@pytest.mark.parametrize("optimizer,ir,backend", [("sgd", "pir", "CPU"), ("momentum", "legacy", "CPU"),
-                                                  ("momentum", "pir", "INTERPRETER")])
-def test_two_ranks_equal_paddles_local_sgd_by_hand(tmp_path, optimizer, ir, backend):
-    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", optimizer, "--ir", ir, "--backend", backend,
-              "--steps", 14, "--k", 3, "--begin", 2)
-    ref = check(tmp_path, optimizer, 3, 2)
+BY_HAND = [("sgd", "pir", "CPU"), ("momentum", "legacy", "CPU"), ("momentum", "pir", "INTERPRETER")]
+ADAPTIVE = ["--optimizer", "momentum", "--adaptive", "--steps", 20, "--k", 2, "--begin", 1, "--lr-step", 3]
+
+
+@pytest.fixture(scope="module")
+def outs(tmp_path_factory):
+    """The runs under mpirun, each in its own directory, in one job: {case: directory}; the cases
+    "adaptive" and "fleet" besides those of BY_HAND. The fleet run is last: it leaves fleet
+    initialized in the process."""
+    cases = {case: ["--optimizer", case[0], "--ir", case[1], "--backend", case[2], "--steps", 14, "--k", 3,
+                    "--begin", 2] for case in BY_HAND}
+    cases["adaptive"] = ADAPTIVE
+    cases["fleet"] = ["--optimizer", "momentum", "--fleet", "--steps", 10, "--k", 4, "--begin", 1]
+    dirs, argv = {}, []
+    for case, args in cases.items():
+        dirs[case] = tmp_path_factory.mktemp("localsgd")
+        argv += [*(["--then"] if argv else []), "--out", dirs[case], *args]
+    run_ranks(WORKER, 2, *argv)
+    return dirs
+
+
+@pytest.mark.parametrize("optimizer,ir,backend", BY_HAND)
+def test_two_ranks_equal_paddles_local_sgd_by_hand(outs, optimizer, ir, backend):
+    ref = check(outs[optimizer, ir, backend], optimizer, 3, 2)
     assert [s + 1 for s, synced in enumerate(ref["synced"]) if synced] == [1, 2, 5, 8, 11, 14]
 
 
-def test_adaptive_k_follows_paddles_rule_from_the_global_loss_and_learning_rate(tmp_path):
+def test_adaptive_k_follows_paddles_rule_from_the_global_loss_and_learning_rate(outs):
     """Momentum with a learning rate halved every 3 steps: k grows as lr_0 / lr does."""
-    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--adaptive", "--steps", 20,
-              "--k", 2, "--begin", 1, "--lr-step", 3)
-    ref = check(tmp_path, "momentum", 2, 1, adaptive=True, lr_step=3)
+    ref = check(outs["adaptive"], "momentum", 2, 1, adaptive=True, lr_step=3)
     assert len(set(ref["ks"])) >= 3, f"k did not change enough to test the rule: {ref['ks']}"
 
 
-def test_fleet_strategy_localsgd_maps_onto_the_engine(tmp_path):
-    run_ranks(WORKER, 2, "--out", tmp_path, "--optimizer", "momentum", "--fleet", "--steps", 10,
-              "--k", 4, "--begin", 1)
-    check(tmp_path, "momentum", 4, 1)
+def test_fleet_strategy_localsgd_maps_onto_the_engine(outs):
+    check(outs["fleet"], "momentum", 4, 1)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_runs import References, Run, Runs
+from dp_runs import References, Run, Runs, declare_runs
 from harness import assert_trained_close
 from paddle_ngraph.distributed.ccl import available as ccl_available
 
@@ -37,6 +37,9 @@ REFERENCES = References(WORKER)
 for _model in ("conv_bn", "mlp_bn"):
     for _ir in ("pir", "legacy"):
         REFERENCES.declare("--world", 2, "--ir", _ir, "--model", _model)
+
+
+declare_runs(RUNS, worker=WORKER)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, run_reference
+from dp_runs import OPTIMIZERS, Run, Runs, check, declare_reference, declare_runs, run_reference
 from paddle_ngraph.distributed.ccl import available as ccl_available
 from ranks import run_ranks
 
@@ -28,6 +28,9 @@ RUNS = {
 }
 for _n in (2, 3):
     declare_reference(_n, "pir", steps=10)
+
+
+declare_runs(RUNS)
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +68,38 @@ def test_zero1_equals_plain_data_parallel_bitwise_on_two_ranks(runs):
 CHECKPOINT_STEP = 4
 
 
-def train_checkpoint_and_resume(out, zero_stage):
-    """On every rank: the MLP with Adam for K steps, a checkpoint, K more steps, the checkpoint
-    loaded back and the same K steps again. Returns the optimizer state's bytes (full, held in
-    slices, still in the scope), whether the resumed run ended equal bitwise, and, on rank 0, the
-    checkpoint's optimizer state as read by paddle.static.load_program_state."""
+def train_checkpoint_and_resume_per_stage(out):
+    """On every rank, plain data parallelism (ZeRO stage 0), then ZeRO-1, one after the other in
+    one job, each in a scope of its own: {stage: train_checkpoint_and_resume's report}."""
     import paddle
 
     import paddle_ngraph
     from paddle_ngraph.distributed import make_transport
+
+    paddle.enable_static()
+    transport = make_transport()
+    reports = {}
+    for stage in (0, 1):
+        os.makedirs(os.path.join(out, f"zero{stage}"), exist_ok=True)  # every rank makes it
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            main_prog, reports[stage] = train_checkpoint_and_resume(os.path.join(out, f"zero{stage}"), stage,
+                                                                    transport)
+        paddle_ngraph.release(main_prog)  # its engines would count in the next stage's sharded state
+    return reports
+
+
+def train_checkpoint_and_resume(out, zero_stage, transport):
+    """The MLP with Adam for K steps, a checkpoint, K more steps, the checkpoint loaded back and
+    the same K steps again. Returns the program and the report: the optimizer state's bytes (full,
+    held in slices, still in the scope), whether the resumed run ended equal bitwise, and, on rank 0,
+    the checkpoint's optimizer state as read by paddle.static.load_program_state."""
+    import paddle
+
+    import paddle_ngraph
     from paddle_ngraph.transpiler import engines
     from paddle_ngraph.zoo import build_program, digits_as_mnist, shard
 
     k = CHECKPOINT_STEP
-    paddle.enable_static()
-    transport = make_transport()
     rank, nranks = transport.rank, transport.size
     x, y = digits_as_mnist()
     main_prog, startup, _, loss = build_program("mnist_mlp", "adam", 0.001, seed=1)
@@ -118,17 +138,15 @@ def train_checkpoint_and_resume(out, zero_stage):
     if rank == 0:
         state = paddle.static.load_program_state(os.path.join(root, f"step-{k:06d}", "model"))
         report["checkpoint_state"] = {n: v for n, v in state.items() if "moment" in n}
-    return report
+    return main_prog, report
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_zero1_memory_checkpoint_and_resume(tmp_path, nranks):
     """Optimizer state per rank is 1/N (the full moments are freed in the scope); a checkpoint holds
     the full state, equal to plain data parallelism's; resuming from it continues bitwise."""
-    reports = {}
-    for stage in (0, 1):
-        (tmp_path / f"zero{stage}").mkdir()
-        reports[stage] = run_ranks(train_checkpoint_and_resume, nranks, tmp_path / f"zero{stage}", stage).results
+    per_rank = run_ranks(train_checkpoint_and_resume_per_stage, nranks, tmp_path).results
+    reports = {stage: [per_rank[rank][stage] for rank in range(nranks)] for stage in (0, 1)}
     for rank in range(nranks):
         report = reports[1][rank]
         full = report["full_state_bytes"]
