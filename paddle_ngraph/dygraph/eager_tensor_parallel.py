@@ -29,6 +29,8 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
+from ..errors import ValidationError
+
 _INSTALLED: dict = {}  # name -> Paddle's function, while installed
 PATCHED = ("_c_identity", "_c_concat", "_c_split", "_mp_allreduce", "_c_softmax_with_cross_entropy")
 
@@ -167,7 +169,7 @@ def _mp_allreduce(tensor, op=None, group=None, use_calc_stream=True, use_model_p
     if not _member(group):
         return None
     if op != ReduceOp.SUM:
-        raise ValueError(f"_mp_allreduce: only ReduceOp.SUM is supported (got {op}), as in Paddle")
+        raise ValidationError(f"_mp_allreduce: only ReduceOp.SUM is supported (got {op}), as in Paddle")
     return AllReduceThenIdentity.apply(tensor, _comm(group))
 
 
@@ -201,8 +203,8 @@ def _c_softmax_with_cross_entropy(logits, label, group=None, return_softmax=Fals
     if len(label.shape) == len(logits.shape) - 1:
         label = paddle.unsqueeze(label, axis=-1)
     if label.shape[-1] != 1:
-        raise ValueError(f"_c_softmax_with_cross_entropy on CPU: one label per row (got label shape "
-                         f"{list(label.shape)})")
+        raise ValidationError(f"_c_softmax_with_cross_entropy eagerly on CPU: one label per row, no soft labels "
+                              f"(got label shape {list(label.shape)})")
     loss, softmax = ShardedSoftmaxCrossEntropy.apply(logits, label, comm, int(ignore_index))
     return (loss, softmax) if return_softmax else loss
 
