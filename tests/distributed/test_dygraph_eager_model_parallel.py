@@ -43,14 +43,14 @@ def batch(step: int):
     return ids, labels
 
 
-def eager_worker():
+def eager_worker(dp: int = 1):
     import paddle
     import paddle_ngraph  # noqa: F401  (fleet's strategy.ngraph)
     from paddle.distributed import fleet
 
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True
-    strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 2, "pp_degree": 1}
+    strategy.hybrid_configs = {"dp_degree": dp, "mp_degree": 2, "pp_degree": 1}
     fleet.init(is_collective=True, strategy=strategy)
     hcg = fleet.get_hybrid_communicate_group()
     mp_rank, mp = hcg.get_model_parallel_rank(), hcg.get_model_parallel_world_size()
@@ -114,10 +114,8 @@ def eager_worker():
             "dense_params": {n: p.numpy() for n, p in params(dense).items()}}
 
 
-def test_layers_called_eagerly_train_as_the_dense_model():
-    run = run_ranks(eager_worker, 2, timeout=120)
-    assert sorted(r["mp_rank"] for r in run.results) == [0, 1]
-    for r in run.results:
+def check_against_dense(results):
+    for r in results:
         assert len(r["losses"]) == STEPS and r["losses"][0] != r["losses"][-1]
         # Paddle's hybrid_parallel_mp_layers.py compares each layer's losses alone with rtol from
         # numpy's 1e-7 (column, embedding) to 5e-5 (row); here the four are chained through 5 steps
@@ -130,8 +128,24 @@ def test_layers_called_eagerly_train_as_the_dense_model():
             np.testing.assert_allclose(r["params"][name], shard_of(name, r["dense_params"][name], r["mp_rank"],
                                                                    r["mp"]), rtol=1e-5, atol=1e-6, err_msg=name)
     # The ranks' shards reassembled are the dense parameters.
-    ordered = sorted(run.results, key=lambda r: r["mp_rank"])
+    one_model = {r["mp_rank"]: r for r in results}  # one rank of each shard (a replica's)
+    ordered = [one_model[mp_rank] for mp_rank in sorted(one_model)]
     for name, (_, axis) in LAYOUT.items():
         if axis is not None:
             whole = np.concatenate([r["params"][name] for r in ordered], axis=axis)
             np.testing.assert_allclose(whole, ordered[0]["dense_params"][name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_layers_called_eagerly_train_as_the_dense_model():
+    run = run_ranks(eager_worker, 2, timeout=120)
+    assert sorted(r["mp_rank"] for r in run.results) == [0, 1]
+    check_against_dense(run.results)
+
+
+def test_two_replicas_of_two_shards_on_four_ranks():
+    """dp 2 x mp 2: the model-parallel groups {0, 1} and {2, 3} have no gloo process group under the
+    flag (fleet/hybrid_groups.py); their collectives go over the engine's groups. Both replicas see
+    the same batches (no data-parallel averaging eagerly), so each trains as the dense model."""
+    run = run_ranks(eager_worker, 4, 2, timeout=240)
+    assert sorted(r["mp_rank"] for r in run.results) == [0, 0, 1, 1]
+    check_against_dense(run.results)
