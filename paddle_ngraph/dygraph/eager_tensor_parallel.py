@@ -44,16 +44,30 @@ def _comm(group):
     return _INSTALLED["transport_of"](_ranks(group))
 
 
+# NumPy has no bfloat16: Paddle hands its bits over as uint16, which a sum would add as integers.
+# Half precisions travel as float32 (exact for both) and come back in their own dtype.
+_WIDENED = {paddle.float16, paddle.bfloat16}
+
+
+def _array(tensor) -> np.ndarray:
+    wide = tensor.astype("float32") if tensor.dtype in _WIDENED else tensor
+    return np.ascontiguousarray(wide.numpy())
+
+
+def _tensor(array: np.ndarray, like):
+    out = paddle.to_tensor(array)
+    return out.astype(like.dtype) if out.dtype != like.dtype else out
+
+
 def _allreduce(comm, tensor, reduction: str = "sum"):
-    array = np.ascontiguousarray(tensor.numpy())
-    return paddle.to_tensor(comm.allreduce(array, reduction), dtype=tensor.dtype)
+    return _tensor(comm.allreduce(_array(tensor), reduction), tensor)
 
 
 def _allgather_last_axis(comm, tensor):
     """The ranks' tensors side by side along the last axis, in group-rank order."""
-    gathered = comm.allgather(np.ascontiguousarray(tensor.numpy()))
+    gathered = comm.allgather(_array(tensor))
     parts = np.asarray(gathered).reshape((comm.size,) + tuple(tensor.shape))
-    return paddle.to_tensor(np.concatenate(list(parts), axis=-1), dtype=tensor.dtype)
+    return _tensor(np.concatenate(list(parts), axis=-1), tensor)
 
 
 def _own_slice(tensor, rank: int, nranks: int, op: str):

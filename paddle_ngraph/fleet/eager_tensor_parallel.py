@@ -19,9 +19,12 @@ from . import features
 def transport_of(strategy):
     """``ranks -> the engine's transport among them``, the job's transport made on first use."""
     configs = features.merged_overrides(strategy)
+    made = []  # the job's transport, once made (resolving the configuration once)
 
     def among(ranks):
-        return shared_transport(Config(**resolve_config(configs))).group(ranks)
+        if not made:
+            made.append(shared_transport(Config(**resolve_config(configs))))
+        return made[0].group(ranks)
 
     return among
 

@@ -70,6 +70,18 @@ def test_identity_and_split_gradients_on_one_rank(installed):
     np.testing.assert_array_equal(x.grad.numpy(), 8 * x.numpy())
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precisions_travel_as_their_values(installed, dtype):
+    """NumPy sees bfloat16 as uint16 bits: the collectives must move values, in the tensor's dtype."""
+    mp_ops, _, _ = installed
+    x = paddle.to_tensor([[0.5, -1.25, 3.0]], dtype=dtype, stop_gradient=False)
+    y = mp_ops._c_concat(mp_ops._mp_allreduce(mp_ops._c_identity(x)))
+    (y * 2.0).sum().backward()
+    assert y.dtype == x.dtype and x.grad.dtype == x.dtype
+    np.testing.assert_array_equal(y.astype("float32").numpy(), [[0.5, -1.25, 3.0]])
+    np.testing.assert_array_equal(x.grad.astype("float32").numpy(), [[2.0, 2.0, 2.0]])
+
+
 def test_paddles_own_outside_dynamic_mode(installed):
     mp_ops, _, paddle_functions = installed
     paddle.enable_static()
