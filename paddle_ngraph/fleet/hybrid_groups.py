@@ -52,6 +52,9 @@ def init_hybrid_parallel_env(original):
 
     def init(fleet_obj):
         strategy = getattr(fleet_obj, "_user_defined_strategy", None)
+        from .eager_tensor_parallel import follow
+
+        follow(strategy)  # the layers' eager ops on CPU under the flag only
         if not getattr(strategy, "ngraph", False):
             return original(fleet_obj)
         with without_partial_process_groups():
