@@ -43,11 +43,12 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
     """
     from ..transpiler import engines_of
 
-    _check_no_pending_accumulation(step)
-    layout = layout_of(engines_of(program))
+    own = engines_of(program)  # other programs' engines (an evaluation program, ...) are not saved
+    _check_no_pending_accumulation(own, step)
+    layout = layout_of(own)
     if layout is not None:
         return _save_shards(program, root, step, layout)
-    sharded = _sharded_engines()
+    sharded = _sharded_engines(own)
     for engine in sharded:  # ZeRO-1: every rank takes part in gathering the full optimizer state
         engine.sharded.push_full(engine.transport)
     try:
@@ -59,13 +60,11 @@ def save_checkpoint(program, root: str, step: int, rank: int | None = None) -> s
             engine.sharded.release()
 
 
-def _check_no_pending_accumulation(step: int):
+def _check_no_pending_accumulation(engines: list, step: int):
     """Accumulated gradients live only in the engine: a checkpoint taken between the micro-steps of
     an update would silently drop them on resume. Every rank has made the same calls, so every rank
     raises alike."""
-    from ..transpiler import engines
-
-    for engine in engines():
+    for engine in engines:
         pending = engine.steps % engine.accumulate_steps
         if pending:
             raise CheckpointError(f"checkpoint step {step}: engine {engine.id} is after micro-step {pending} of "
@@ -73,11 +72,9 @@ def _check_no_pending_accumulation(step: int):
                                   f"saved: save after the {engine.accumulate_steps}-th call of an update")
 
 
-def _sharded_engines():
-    """The engines of this process that hold only a slice of their optimizer state, and have run."""
-    from ..transpiler import engines
-
-    return [e for e in engines() if e.sharded is not None and not e.sharded.stale]
+def _sharded_engines(engines: list):
+    """Those of ``engines`` that hold only a slice of their optimizer state, and have run."""
+    return [e for e in engines if e.sharded is not None and not e.sharded.stale]
 
 
 def _write(program, root: str, step: int) -> str:
