@@ -13,17 +13,26 @@ from ..config import Config
 from ..config_sources import resolve_config
 from ..dygraph import eager_tensor_parallel
 from ..dygraph.data_parallel import shared_transport
+from ..ir.groups import RankLayout
 from . import features
 
 
 def transport_of(strategy):
-    """``ranks -> the engine's transport among them``, the job's transport made on first use."""
+    """``ranks -> the engine's transport among them``, the job's transport made on first use, with
+    this rank's model- and data-parallel groups: some transports (oneCCL) make groups only together,
+    on every rank, and every rank reaches its first eager collective at the same point of the
+    model's first forward."""
     configs = features.merged_overrides(strategy)
     made = []  # the job's transport, once made (resolving the configuration once)
 
     def among(ranks):
         if not made:
-            made.append(shared_transport(Config(**resolve_config(configs))))
+            config = Config(**resolve_config(configs))
+            transport = shared_transport(config)
+            if transport.size > 1 and config.mp_degree > 1:
+                layout = RankLayout(transport.size, transport.rank, config.mp_degree)
+                transport.make_groups([layout.mp_group(), layout.dp_group()])
+            made.append(transport)
         return made[0].group(ranks)
 
     return among

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ranks import run_ranks
+from paddle_ngraph.distributed.ccl import available as ccl_available
 
 pytestmark = pytest.mark.distributed
 
@@ -147,5 +148,14 @@ def test_two_replicas_of_two_shards_on_four_ranks():
     flag (fleet/hybrid_groups.py); their collectives go over the engine's groups. Both replicas see
     the same batches (no data-parallel averaging eagerly), so each trains as the dense model."""
     run = run_ranks(eager_worker, 4, 2, timeout=240)
+    assert sorted(r["mp_rank"] for r in run.results) == [0, 0, 1, 1]
+    check_against_dense(run.results)
+
+
+@pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+def test_two_replicas_of_two_shards_on_four_ranks_under_paddle_launch():
+    """The same under paddle.distributed.launch (oneCCL), which makes its groups of part of the ranks
+    only together on every rank: the first eager collective makes them all."""
+    run = run_ranks(eager_worker, 4, 2, launcher="launch", timeout=240)
     assert sorted(r["mp_rank"] for r in run.results) == [0, 0, 1, 1]
     check_against_dense(run.results)
