@@ -40,3 +40,17 @@ def persistables(state) -> dict:
     names = state._part.parameters + state._part.others
     return {n: np.array(scope.find_var(n).get_tensor(), copy=True) for n in names
             if scope.find_var(n) is not None and scope.find_var(n).get_tensor()._is_initialized()}
+
+
+def fleet_optimizer(configs: dict):
+    """``build``'s ``distributed_optimizer`` through fleet: ``strategy.ngraph`` with these
+    ``ngraph_configs`` (fleet.init here, so in the process that builds)."""
+    import paddle.distributed.fleet as fleet
+
+    import paddle_ngraph  # noqa: F401  (adds strategy.ngraph)
+
+    fleet.init(is_collective=True)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    strategy.ngraph_configs = configs
+    return lambda optimizer: fleet.distributed_optimizer(optimizer, strategy)

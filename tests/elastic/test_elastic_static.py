@@ -46,29 +46,17 @@ VARIANTS = {
 }
 
 
-def _fleet_optimizer(configs: dict):
-    import paddle.distributed.fleet as fleet
-
-    import paddle_ngraph  # noqa: F401  (adds strategy.ngraph)
-
-    fleet.init(is_collective=True)
-    strategy = fleet.DistributedStrategy()
-    strategy.ngraph = True
-    strategy.ngraph_configs = configs
-    return lambda optimizer: fleet.distributed_optimizer(optimizer, strategy)
-
-
 def _setup(variant: str, checkpoint_dir, seed: int):
     """The variant's State over a fresh program (built in the variant's IR: run it under
     ``_ir(variant)`` too), its executor and loss."""
     import paddle
 
     from paddle_ngraph import elastic
-    from static_models import build
+    from static_models import build, fleet_optimizer
 
     paddle.seed(seed)  # different on every rank: elastic.run starts them all from rank 0's
     settings = VARIANTS[variant]
-    wrap = _fleet_optimizer(settings["config"]) if settings.get("fleet") else None
+    wrap = fleet_optimizer(settings["config"]) if settings.get("fleet") else None
     main, startup, loss = build(hidden=settings["hidden"], distributed_optimizer=wrap)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)

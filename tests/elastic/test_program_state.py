@@ -12,7 +12,7 @@ from harness import IRS, ir_guard
 from paddle_ngraph import elastic
 from paddle_ngraph.checkpoint import latest_checkpoint
 from paddle_ngraph.errors import ConfigError
-from static_models import batch, build, persistables
+from static_models import batch, build, fleet_optimizer, persistables
 
 ACCUMULATE = 2
 
@@ -84,18 +84,6 @@ def test_static_state_refusals():
 
 
 
-def _fleet_optimizer(configs: dict):
-    import paddle.distributed.fleet as fleet
-
-    import paddle_ngraph  # noqa: F401  (adds strategy.ngraph)
-
-    fleet.init(is_collective=True)
-    strategy = fleet.DistributedStrategy()
-    strategy.ngraph = True
-    strategy.ngraph_configs = configs
-    return lambda optimizer: fleet.distributed_optimizer(optimizer, strategy)
-
-
 @pytest.mark.parametrize("ir", IRS)
 def test_a_program_fleet_transpiled_is_transpiled_again_with_its_strategy(ir):
     """strategy.ngraph transpiles inside minimize: State takes the program as it was before, and
@@ -107,7 +95,7 @@ def test_a_program_fleet_transpiled_is_transpiled_again_with_its_strategy(ir):
     def train(through_state: bool):
         with ir_guard(ir):
             paddle.seed(3)
-            main, startup, loss = build(distributed_optimizer=_fleet_optimizer(configs))
+            main, startup, loss = build(distributed_optimizer=fleet_optimizer(configs))
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
             state = elastic.State(program=main, step=0)  # takes nothing over until state.transpile
