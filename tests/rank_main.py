@@ -19,7 +19,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def this_rank() -> int:
-    for name in ("OMPI_COMM_WORLD_RANK", "PADDLE_TRAINER_ID", "PMIX_RANK"):
+    # A process an elastic group spawned is named by the world rank the group gave it: its own
+    # OMPI_COMM_WORLD_RANK counts in the spawn only.
+    for name in ("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", "OMPI_COMM_WORLD_RANK", "PADDLE_TRAINER_ID", "PMIX_RANK"):
         if name in os.environ:
             return int(os.environ[name])
     return 0

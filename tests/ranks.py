@@ -130,13 +130,15 @@ def _collect(launcher, returncode, nranks, run_dir, launcher_output) -> RankRun:
 
 
 def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | None = None,
-              timeout: float = 240, check: bool = True, launcher_args: tuple = ()) -> RankRun:
+              timeout: float = 240, check: bool = True, launcher_args: tuple = (), joining: int = 0) -> RankRun:
     """Runs ``target`` on ``nranks`` ranks and waits for the job.
 
     ``check=True``: asserts that the job and every rank exited with 0 (the message names the ranks
     that did not and shows every rank's output). ``check=False`` for the tests of failures, which
     assert on the codes and the output themselves. ``launcher_args``: more options of mpirun
-    (``("--with-ft", "ulfm")`` for elastic jobs). On ``timeout`` the whole job is killed and the
+    (``("--with-ft", "ulfm")`` for elastic jobs). ``joining``: how many ranks an elastic job spawns
+    while it runs; they are collected after the ``nranks`` first, by the world rank the job gives
+    them (``nranks``, ``nranks + 1``, ...). On ``timeout`` the whole job is killed and the
     test fails with every rank's output so far.
     """
     if ALLOWED_BY is None:
@@ -161,10 +163,10 @@ def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | 
     except subprocess.TimeoutExpired:
         os.killpg(job.pid, signal.SIGKILL)
         launcher_output, _ = job.communicate()
-        run = _collect(launcher, job.returncode, nranks, run_dir, launcher_output)
+        run = _collect(launcher, job.returncode, nranks + joining, run_dir, launcher_output)
         shutil.rmtree(run_dir, ignore_errors=True)
         raise RanksFailed(run.report(f"{launcher} -np {nranks} {argv[2]}: killed after {timeout} s"))
-    run = _collect(launcher, job.returncode, nranks, run_dir, launcher_output)
+    run = _collect(launcher, job.returncode, nranks + joining, run_dir, launcher_output)
     shutil.rmtree(run_dir, ignore_errors=True)
     if check and (run.returncode != 0 or run.failed_ranks()):
         raise RanksFailed(run.report(f"{launcher} -np {nranks} {argv[2]} {' '.join(argv[3:])}: "

@@ -12,6 +12,12 @@ so the elastic loop asks the transport, not the exception, whether a rank was lo
 numbered in the order of their old ranks. The transport works over its own duplicate of
 MPI_COMM_WORLD, so revoking it touches nothing else.
 
+``grow(placement)`` is MPI_Comm_spawn of this process's own command line on the hosts given,
+then MPI_Intercomm_merge: the group's members keep their ranks and the new processes follow.
+A spawned process finds its parents with ``join()``. Members are named by "world rank" in
+messages: their rank in the job mpirun started, and for spawned processes the numbers after
+the highest given so far (a job of 3 whose rank 1 died and was replaced has world ranks 0, 2, 3).
+
 The CPU backend reaches this transport through Python (``native_link`` is None): its native MPI
 communicator works on MPI_COMM_WORLD, which a shrink cannot replace. Flat allreduce only.
 """
@@ -21,11 +27,17 @@ import functools
 import logging
 import os
 
-from ..errors import ConfigError, RankLostError
+from ..errors import ConfigError, RankLostError, TransportError
 from .mpi import MpiTransport, import_mpi
 
 log = logging.getLogger("paddle_ngraph.distributed")
 FT_ENV = "OMPI_MCA_mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank
+# Set in a spawned process's environment: its world rank (see the module's docstring), known
+# before MPI starts, so that its logs can be named at once.
+JOINED_RANK_ENV = "PADDLE_NGRAPH_ELASTIC_WORLD_RANK"
+# The intercommunicators of spawns this process took part in: disconnected before MPI_Finalize
+# (see ``disconnect_spawned``).
+_SPAWN_LINKS: list = []
 
 
 def fault_tolerance_enabled(env=None) -> bool:
@@ -55,7 +67,9 @@ class ElasticMpiTransport(MpiTransport):
     # detected: see docs/elastic.md).
     stall_watchdog = False
 
-    def __init__(self, comm=None, world_ranks: list[int] | None = None):
+    def __init__(self, comm=None, members: list[tuple[int, str]] | None = None, next_world_rank: int | None = None):
+        """``members``: (world rank, host) of each rank of ``comm``, in rank order (None: gathered
+        here); ``next_world_rank``: the world rank the next spawned process gets."""
         MPI = import_mpi()
         if comm is None:
             if not fault_tolerance_enabled():
@@ -66,8 +80,13 @@ class ElasticMpiTransport(MpiTransport):
         super().__init__(comm)
         self.shared_memory = False
         self.lost: str | None = None  # why this group is broken, once a rank of it was lost
-        # The rank each member had in MPI_COMM_WORLD: names survive renumbering in messages.
-        self.world_ranks = list(world_ranks) if world_ranks is not None else comm.allgather(MPI.COMM_WORLD.Get_rank())
+        self.joined = False  # made by join(): this process was spawned into the group
+        if members is None:
+            members = comm.allgather((MPI.COMM_WORLD.Get_rank(), MPI.Get_processor_name()))
+        # The world rank of each member: names survive renumbering in messages.
+        self.world_ranks = [world for world, _ in members]
+        self.hosts = [host for _, host in members]  # where each member runs (MPI_Get_processor_name)
+        self.next_world_rank = max(self.world_ranks) + 1 if next_world_rank is None else next_world_rank
 
     # --- failures ------------------------------------------------------------------------------
     def _is_process_failure(self, error: BaseException) -> bool:
@@ -122,9 +141,69 @@ class ElasticMpiTransport(MpiTransport):
             self._mark_lost("shrink")
         survivors = self.comm.Shrink()
         survivors.Set_errhandler(self.MPI.ERRORS_RETURN)
-        world = survivors.allgather(self.world_ranks[self.rank])
+        members = survivors.allgather((self.world_ranks[self.rank], self.hosts[self.rank]))
         self.close()
-        return ElasticMpiTransport(survivors, world)
+        return ElasticMpiTransport(survivors, members, self.next_world_rank)
+
+    def grow(self, placement: list[tuple[str, int]], command: list[str], workdir: str) -> "ElasticMpiTransport":
+        """The group with new processes: ``count`` of ``command`` (argv, the interpreter first) on
+        each ``(host, count)`` of ``placement``, started by MPI_Comm_spawn_multiple and merged after
+        the members, who keep their ranks. Collective over the group; the new processes call
+        ``join()``. This transport stays usable: the caller closes it once the new group works."""
+        MPI = self.MPI
+        total = sum(count for _, count in placement)
+        new_ranks = list(range(self.next_world_rank, self.next_world_rank + total))
+        placed = [host for host, count in placement for _ in range(count)]
+        infos = []
+        # One entry per process, each with its own environment naming its world rank.
+        for host, world in zip(placed, new_ranks):
+            info = MPI.Info.Create()
+            # A host of the group is in mpirun's allocation; another must be added to it.
+            info.Set("host" if host in self.hosts else "add-host", host)
+            info.Set("wdir", workdir)
+            info.Set("PMIX_ENVAR", f"{JOINED_RANK_ENV}={world}")
+            infos.append(info)
+        try:
+            spawned = self.comm.Spawn_multiple([command[0]] * total, [command[1:]] * total, [1] * total, infos,
+                                               root=0)
+        except MPI.Exception as error:
+            if self._is_process_failure(error):
+                self._mark_lost("spawning new ranks")
+                raise RankLostError(self.lost) from None
+            raise TransportError(f"rank {self.rank}: could not start {total} new rank(s) on "
+                                 f"{placement}: {error}") from None
+        finally:
+            for info in infos:
+                info.Free()
+        _SPAWN_LINKS.append(spawned)
+        merged = spawned.Merge(high=False)
+        members = list(zip(self.world_ranks, self.hosts)) + list(zip(new_ranks, placed))
+        next_world_rank = self.next_world_rank + total
+        merged.Set_errhandler(MPI.ERRORS_RETURN)
+        merged.bcast((members, next_world_rank), root=0)
+        return ElasticMpiTransport(merged, members, next_world_rank)
+
+    @classmethod
+    def join(cls) -> "ElasticMpiTransport | None":
+        """In a process that ``grow`` spawned: the group it joins (collective with the group's
+        ``grow``); None in a process mpirun started."""
+        MPI = import_mpi()
+        parent = MPI.Comm.Get_parent()
+        if parent == MPI.COMM_NULL:
+            return None
+        _SPAWN_LINKS.append(parent)
+        merged = parent.Merge(high=True)
+        merged.Set_errhandler(MPI.ERRORS_RETURN)
+        members, next_world_rank = merged.bcast(None, root=0)
+        # The members and ranks as the group computed them: this process's own spawn environment
+        # names its world rank, and this rank in the merged group must be that member.
+        own = int(os.environ.get(JOINED_RANK_ENV, "-1"))
+        placed = members[merged.Get_rank()][0]
+        if own >= 0 and own != placed:
+            log.warning("joined as world rank %d, announced as %d", placed, own)
+        transport = cls(merged, members, next_world_rank)
+        transport.joined = True
+        return transport
 
     # --- the collectives, each reporting a lost rank as RankLostError ------------------------------
     allreduce = _guarded(MpiTransport.allreduce)
@@ -161,3 +240,22 @@ class ElasticMpiTransport(MpiTransport):
 
     def __repr__(self):
         return f"<{self.name} transport rank {self.rank} of {self.size}, world ranks {self.world_ranks}>"
+
+
+def spawned_links() -> bool:
+    """Whether this process took part in a spawn (as parent or as the spawned process)."""
+    return bool(_SPAWN_LINKS)
+
+
+def disconnect_spawned():
+    """Disconnects the spawns' intercommunicators, collectively with their other sides. Called at
+    exit, before MPI_Finalize, when no rank was lost: Open MPI 5's finalize otherwise disconnects
+    them itself and was seen to crash there (a segmentation fault in ``ompi_dpm_dyn_finalize``)
+    between processes that had not yet exchanged a message."""
+    MPI = import_mpi()
+    while _SPAWN_LINKS:
+        link = _SPAWN_LINKS.pop()
+        try:
+            link.Disconnect()
+        except MPI.Exception as error:
+            log.warning("disconnecting from spawned ranks at exit: %s", error)

@@ -2,7 +2,8 @@
 
 ``State`` holds what a step needs to be repeated exactly and its last commit; ``run`` wraps the
 training function and, when a rank is lost, shrinks the group, restores the commit and calls the
-function again. ``rank()`` and ``size()`` are this process's place in the current group.
+function again; with ``max_ranks`` and a host ``discovery``, new ranks join at a commit.
+``rank()`` and ``size()`` are this process's place in the current group.
 Needs ``mpirun --with-ft ulfm`` (docs/elastic.md).
 """
 from ..errors import RankLostError, TooFewRanksError

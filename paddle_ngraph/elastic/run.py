@@ -18,6 +18,10 @@ every survivor shrinks the group (MPI_Comm_shrink: they agree on who is left), t
 commit of the new rank 0, runs the reset callbacks and calls the function again. Below
 ``min_ranks`` survivors, the commit is written to ``State.checkpoint_dir`` and every survivor
 raises ``TooFewRanksError`` with one message naming the ranks and the checkpoint.
+
+With ``max_ranks`` and ``discovery`` the group also grows (growth.py): after a commit, where the
+hosts that discovery lists have room, new processes of this command line start, take the commit
+and join; every rank then calls the function again on the larger group.
 """
 from __future__ import annotations
 
@@ -27,30 +31,54 @@ import logging
 import os
 import sys
 
-from ..errors import RankLostError, TooFewRanksError
+from ..errors import ConfigError, RankLostError, TooFewRanksError
 from .group import replace_group, start_group
+from .growth import GroupGrew, Growth
 
 log = logging.getLogger("paddle_ngraph.elastic")
 
 
-def run(func=None, *, min_ranks: int = 1):
-    """Decorator of a training function ``func(state, *args, **kwargs)``; see the module docstring."""
+def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discovery=None,
+        discovery_interval: float = 1.0):
+    """Decorator of a training function ``func(state, *args, **kwargs)``; see the module docstring.
+
+    ``min_ranks``: below this many survivors, stop (the commit on disk). ``max_ranks`` and
+    ``discovery`` (a host discovery script's path, or a callable returning its lines: ``host:slots``
+    each): grow the group up to ``max_ranks`` onto the hosts discovery lists, checked after a commit
+    at most every ``discovery_interval`` seconds."""
     if func is None:
-        return functools.partial(run, min_ranks=min_ranks)
+        return functools.partial(run, min_ranks=min_ranks, max_ranks=max_ranks, discovery=discovery,
+                                 discovery_interval=discovery_interval)
+    growth = None
+    if max_ranks is not None or discovery is not None:
+        if max_ranks is None or discovery is None:
+            raise ConfigError("elastic.run: ranks join with both max_ranks and discovery (a host discovery "
+                              "script or callable); give both or neither")
+        if max_ranks < max(min_ranks, 1):
+            raise ConfigError(f"elastic.run: max_ranks={max_ranks} is below min_ranks={min_ranks}")
+        growth = Growth(max_ranks, discovery, discovery_interval)
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        transport = start_group()
+        transport = start_group(growable=growth is not None)
         if state.commits == 0:
             state.commit()  # the starting point: what a loss before the first commit goes back to
         if transport is None:
             return func(state, *args, **kwargs)
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
+        if transport.joined:
+            _arm_exit()
+            log.warning("world rank %d joined as rank %d of %d (world ranks %s) at commit %d",
+                        transport.world_ranks[transport.rank], transport.rank, transport.size,
+                        transport.world_ranks, state.commits)
+        state.bind_growth(growth)
         while True:
             try:
                 result = func(state, *args, **kwargs)
                 transport.check_alive()  # a rank may have finished while another died: all agree first
                 return result
+            except GroupGrew as grew:
+                transport = _grown(transport, grew, state)
             except Exception as error:
                 if transport.lost is None and not isinstance(error, RankLostError):
                     raise  # not a lost rank: the user's error, as without elastic
@@ -59,9 +87,22 @@ def run(func=None, *, min_ranks: int = 1):
     return wrapper
 
 
+def _grown(transport, grew: GroupGrew, state):
+    _arm_exit()
+    bigger = grew.transport
+    replace_group(bigger)
+    transport.close()
+    state.sync(bigger)  # the new ranks take the commit just made
+    log.warning("rank %d (world rank %d): world rank(s) %s joined; continuing on %d rank(s) (world ranks %s) "
+                "from commit %d", bigger.rank, bigger.world_ranks[bigger.rank], grew.joined, bigger.size,
+                bigger.world_ranks, state.commits)
+    state.reset()
+    return bigger
+
+
 def _recover(transport, state, min_ranks: int):
     lost = transport.lost
-    _end_without_finalize()
+    _arm_exit(lost=True)
     survivors = transport.shrink()
     replace_group(survivors)
     gone = sorted(set(transport.world_ranks) - set(survivors.world_ranks))
@@ -85,15 +126,19 @@ def _recover(transport, state, min_ranks: int):
     return survivors
 
 
-_ENDING = {"armed": False, "status": 0}
+_ENDING = {"armed": False, "lost": False, "status": 0}
 
 
-def _end_without_finalize():
-    """Once a rank is lost, this process ends without MPI_Finalize: Open MPI's finalize waits on
-    every process of the job, the dead one included, and was seen to hang a survivor at exit (one
-    run in four of the below-minimum test). The status is 1 after an uncaught exception or once
-    training stopped below ``min_ranks``, else 0 (an explicit ``sys.exit(n)`` after a recovered
-    loss ends with 0 too). Output is flushed first."""
+def _arm_exit(lost: bool = False):
+    """How this process ends once its group changed.
+
+    After a lost rank it ends without MPI_Finalize: Open MPI's finalize waits on every process of
+    the job, the dead one included, and was seen to hang a survivor at exit (one run in four of the
+    below-minimum test). The status is 1 after an uncaught exception or once training stopped below
+    ``min_ranks``, else 0 (an explicit ``sys.exit(n)`` after a recovered loss ends with 0 too).
+    Output is flushed first. After ranks joined (and none was lost), the spawns' links are
+    disconnected, then MPI finalizes as usual."""
+    _ENDING["lost"] = _ENDING["lost"] or lost
     if _ENDING["armed"]:
         return
     _ENDING["armed"] = True
@@ -106,6 +151,11 @@ def _end_without_finalize():
     sys.excepthook = excepthook
 
     def end():
+        if not _ENDING["lost"]:
+            from ..distributed.elastic_mpi import disconnect_spawned
+
+            disconnect_spawned()
+            return
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -114,4 +164,3 @@ def _end_without_finalize():
         os._exit(_ENDING["status"])
 
     atexit.register(end)  # after mpi4py's registration, so it runs first
-

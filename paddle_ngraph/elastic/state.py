@@ -55,7 +55,7 @@ class State:
                 raise ConfigError(f"elastic.State: the value name '{key}' is taken by State itself")
         self.__dict__.update(model=model, optimizer=optimizer, program=program, checkpoint_dir=checkpoint_dir,
                              _part=part, _values=dict(values), commits=0, _snapshot=None, _rng=None,
-                             _reset_callbacks=[])
+                             _reset_callbacks=[], _growth=None)
 
     # --- the user's values as attributes --------------------------------------------------------
     def __getattr__(self, name):
@@ -82,8 +82,8 @@ class State:
     def commit(self, save: bool = False):
         """Copies the state in memory; ``save=True`` also writes it to ``checkpoint_dir`` (rank 0 of
         the current group writes; the others return at once). A static program's commit is
-        collective under ZeRO-1 and between the calls of an accumulated update: every rank of the
-        group commits at the same step."""
+        collective under ZeRO-1 and between the calls of an accumulated update, and whenever ranks
+        may join (``elastic.run(max_ranks=...)``): every rank of the group commits at the same step."""
         import paddle
 
         # First: a rank lost during its collectives leaves the last commit whole.
@@ -93,6 +93,14 @@ class State:
         self._rng = (paddle.get_rng_state(), np.random.get_state())
         if save:
             self.save()
+        if self._growth is not None:
+            from .group import current_transport
+
+            self._growth.after_commit(current_transport())  # may raise GroupGrew: elastic.run continues
+
+    def bind_growth(self, growth):
+        """Called by ``elastic.run``: after each commit, ``growth`` may add ranks (growth.py)."""
+        self.__dict__["_growth"] = growth
 
     def restore(self):
         """Puts the last commit back: the model's state, values, random generators."""
@@ -183,4 +191,4 @@ class State:
 
 
 _OWN = ("model", "optimizer", "program", "checkpoint_dir", "commits", "_part", "_snapshot", "_rng", "_values",
-        "_reset_callbacks")
+        "_reset_callbacks", "_growth")

@@ -4,6 +4,8 @@ A rank kills itself (SIGKILL) at step KILL_STEP: the survivors go back to the co
 COMMITTED steps and finish on two ranks. The reference trains three ranks to that commit (saved
 to disk) and two ranks from it (loaded), as separate jobs: the elastic run must end with the same
 bits. Below ``min_ranks`` every survivor stops with one message and the commit is on disk.
+With ``max_ranks`` and a host discovery script, a new rank joins at the first commit after the
+loss (a replaced pod): the group grows back to three, bitwise as a job restarted on three there.
 
 The global batch is kept (GLOBAL_BATCH rows per step, split evenly over the ranks there are:
 4 rows on each of 3 ranks, 6 on each of 2), so that a step means the same update on any group.
@@ -23,6 +25,7 @@ STEPS = 8
 COMMIT_EVERY = 2
 KILL_STEP = 5          # the killed rank dies before its step 5: the last commit is after step 4
 COMMITTED = 4
+REJOINED = 6          # the first commit after the loss: where a new rank joins
 KILLED_WORLD_RANK = 1  # not the last: the survivors are renumbered (world rank 2 becomes rank 1)
 GLOBAL_BATCH = 12
 FEATURES = 6
@@ -55,16 +58,21 @@ def _params(state):
     return {k: np.array(v) for k, v in state.model.state_dict().items()}
 
 
-def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None):
+def _world() -> int:
+    """This process's world rank: mpirun's, or for a process the group spawned, the one it gave."""
+    return int(os.environ.get("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", os.environ["OMPI_COMM_WORLD_RANK"]))
+
+
+def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None, **growth):
     import paddle
 
     import paddle_ngraph
     from paddle_ngraph import elastic
 
-    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world = _world()
     groups = []
 
-    @elastic.run(min_ranks=min_ranks)
+    @elastic.run(min_ranks=min_ranks, **growth)
     def train(state):
         model = paddle_ngraph.DataParallel(state.model)  # bound to the current group
         rank, size = elastic.rank(), elastic.size()
@@ -103,21 +111,36 @@ def reference_to_commit(checkpoint_dir):
     return {"params": _params(state), "step": state.step}
 
 
-def reference_from_commit(checkpoint_dir):
-    """Two ranks from the commit on disk to the end."""
-    state = _state(checkpoint_dir, seed=100 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
-    state.load()
-    train, groups = _train_function(STEPS, None, 1)
+def reference_from_commit(checkpoint_dir, save_dir=None):
+    """From the latest commit in ``checkpoint_dir`` to the end (that commit saved in ``save_dir``
+    if given, after REJOINED steps)."""
+    state = _state(save_dir, seed=100 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    state.load(checkpoint_dir)
+    train, groups = _train_function(STEPS, None, 1, save_at=REJOINED if save_dir else None)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
+def rejoin_job(checkpoint_dir, discovery_script):
+    """Three ranks, world rank 1 dies at step KILL_STEP; discovery lists room for three all along,
+    so a new rank joins the two survivors at their first commit (after step REJOINED)."""
+    state = _state(checkpoint_dir, seed=_world())
+    train, groups = _train_function(STEPS, KILL_STEP, 2, max_ranks=3, discovery=discovery_script,
+                                    discovery_interval=0)
     train(state)
     return {"params": _params(state), "groups": groups, "step": state.step}
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
+    """Three ranks to the commit after step COMMITTED; two ranks from it to the end, saving the
+    commit after step REJOINED; three ranks from that one to the end."""
     root = str(tmp_path_factory.mktemp("reference"))
+    rejoined = str(tmp_path_factory.mktemp("rejoined"))
     first = run_ranks(reference_to_commit, 3, root, launcher_args=ULFM, timeout=TIMEOUT)
-    second = run_ranks(reference_from_commit, 2, root, launcher_args=ULFM, timeout=TIMEOUT)
-    return first, second, root
+    second = run_ranks(reference_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
+    third = run_ranks(reference_from_commit, 3, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
+    return first, second, root, third
 
 
 def _assert_bitwise(got: dict, want: dict, what: str):
@@ -177,3 +200,25 @@ def test_below_min_ranks_every_survivor_stops_with_the_commit_on_disk(reference,
     assert moments
     for key in moments:
         assert np.array_equal(np.array(got[key]), np.array(want[key])), key
+
+
+def test_a_new_rank_joins_after_a_loss_bitwise_equal_to_restarting_on_three(reference, tmp_path):
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text("#!/bin/sh\n# the hosts this job may use, as Horovod's --host-discovery-script\necho localhost:3\n")
+    script.chmod(0o755)
+    run = run_ranks(rejoin_job, 3, str(tmp_path / "ckpt"), str(script), launcher_args=ULFM, timeout=TIMEOUT,
+                    check=False, joining=1)
+    joined = 3  # the world rank the group gives the first process it spawns
+    assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
+    for world in (0, 2, joined):
+        assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world} failed")
+        result = run.results[world]
+        assert result["step"] == STEPS
+        want_groups = [(3, REJOINED)] if world == joined else [(3, 0), (2, COMMITTED), (3, REJOINED)]
+        assert result["groups"] == want_groups, run.report(f"groups of world rank {world}")
+        _assert_bitwise(result["params"], reference[3].results[0]["params"], f"world rank {world}")
+    assert "world rank(s) [3] joined; continuing on 3 rank(s) (world ranks [0, 2, 3])" in run.rank_stderr[0], \
+        run.report("no join message")
+    assert "world rank 3 joined as rank 2 of 3" in run.rank_stderr[joined], run.report("no message of the new rank")
+    # The reference's last phase really ran on three ranks from the commit the second one saved.
+    assert reference[3].results[0]["groups"] == [(3, REJOINED)]
