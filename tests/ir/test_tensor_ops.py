@@ -1,5 +1,5 @@
-"""Type inference of the indexing, stack, accuracy ops (ir/ops/indexing.py, shape.py), LambUpdate and LarsMomentumUpdate:
-output types, and errors that name the node."""
+"""Type inference of the indexing, stack, accuracy ops (ir/ops/indexing.py, shape.py), LambUpdate and LarsMomentumUpdate,
+CumSum and ReduceProd (ir/ops/reduction.py): output types, and errors that name the node."""
 import numpy as np
 import pytest
 
@@ -41,6 +41,9 @@ GOOD = {
     "lars_momentum": (lambda: ops.LarsMomentumUpdate(param((4,), "float64"), param((4,), "float64"), param((1,)),
                                                      param((4,), "float64"), lars_weight_decay=0.0),
                       [("float64", (4,))] * 2),
+    "cumsum": (lambda: ops.CumSum(param((-1, 5), "int32"), axis=-2, exclusive=True), [("int32", (-1, 5))]),
+    "reduce_prod": (lambda: ops.ReduceProd(param((3, -1, 5), "float64"), axes=[0, -1]), [("float64", (-1,))]),
+    "reduce_prod_all_kept": (lambda: ops.ReduceProd(param((3, 4)), keep_dims=True), [("float32", (1, 1))]),
 }
 
 
@@ -80,6 +83,10 @@ BAD = {
                                                            name="bad"), "velocity float32[2x3] does not match"),
     "lars_lr_elements": (lambda: ops.LarsMomentumUpdate(param((3, 2)), param((3, 2)), param((2,)), param((3, 2)),
                                                         name="bad"), "learning rate must have one element"),
+    "cumsum_axis": (lambda: ops.CumSum(param((4, 5)), axis=2, name="bad"), "axis 2 out of range for rank 2"),
+    "cumsum_scalar": (lambda: ops.CumSum(param(()), name="bad"), "rank >= 1"),
+    "cumsum_bool": (lambda: ops.CumSum(param((4,), "bool"), name="bad"), "float32, float64, int32 or int64"),
+    "reduce_prod_axis": (lambda: ops.ReduceProd(param((4, 5)), axes=[-3], name="bad"), "out of range for rank 2"),
 }
 
 

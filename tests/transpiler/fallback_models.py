@@ -34,8 +34,8 @@ def custom_op_module():
 
 def build(middle: str, optimizer: str = "sgd", lr: float = 0.1, batch: int = -1):
     """x -> Linear -> middle -> Linear -> softmax cross-entropy; ``middle``: ``custom`` (the custom
-    operator), ``cumsum`` (an op without converter), ``param_cumsum`` (adds the cumsum of a
-    parameter: its gradient comes from a Paddle op) or ``cond`` (a static.nn.cond sub-block)."""
+    operator), ``logcumsumexp`` (an op without converter), ``param_logcumsumexp`` (adds the
+    logcumsumexp of a parameter: its gradient comes from a Paddle op) or ``cond`` (a static.nn.cond sub-block)."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [batch, FEATURES], "float32")
@@ -43,12 +43,12 @@ def build(middle: str, optimizer: str = "sgd", lr: float = 0.1, batch: int = -1)
         h = paddle.nn.Linear(FEATURES, HIDDEN)(x)
         if middle == "custom":
             h = custom_op_module().pdng_signed_square(h)
-        elif middle == "cumsum":
-            h = paddle.cumsum(h, axis=1)
-        elif middle == "param_cumsum":
+        elif middle == "logcumsumexp":
+            h = paddle.logcumsumexp(h, axis=1)
+        elif middle == "param_logcumsumexp":
             offset = paddle.create_parameter([HIDDEN], "float32", name="offset",
                                              default_initializer=paddle.nn.initializer.Uniform(-0.5, 0.5))
-            h = h + paddle.cumsum(offset, axis=0)
+            h = h + paddle.logcumsumexp(offset, axis=0)
         elif middle == "cond":
             h = paddle.static.nn.cond(paddle.mean(h) > 0, lambda: paddle.nn.functional.relu(h), lambda: h * 0.5)
         elif middle != "none":

@@ -1,5 +1,5 @@
-// Kernels of the reductions (ir/ops/reduction.py): ReduceSum, ReduceMean, ReduceMax, ReduceMin
-// and the backprops ReduceSumBackprop, ReduceMeanBackprop.
+// Kernels of the reductions (ir/ops/reduction.py): ReduceSum, ReduceMean, ReduceMax, ReduceMin,
+// ReduceProd, the backprops ReduceSumBackprop, ReduceMeanBackprop, and the running sum CumSum.
 //
 // The interpreter (NumPy) is the specification. The constructor merges the input's dims into
 // alternating runs of kept and reduced dims (unit dims dropped) and picks one of two loops:
@@ -10,7 +10,9 @@
 // Accumulators: float32 and float64 sums in double, integer sums in int64 (as NumPy's sum,
 // which accumulates integers in int64 and casts back), every mean in double (NumPy's mean of
 // integers divides a float64 sum and our cast truncates as astype does). So float32 results are
-// the correctly rounded double result, within float32 rounding of NumPy/Paddle's.
+// the correctly rounded double result, within float32 rounding of NumPy/Paddle's. Products go
+// as sums do (double for floats; int64 for integers, multiplied modulo 2^64 as NumPy's int64 does,
+// so the cast back wraps as NumPy's does), row after row, without the pairwise split.
 // When there are few outputs and much input, the reduction itself is split in fixed chunks
 // (independent of the thread count) whose partial results are added in order: the result
 // depends on the shape only, never on the number of threads.
@@ -109,15 +111,16 @@ struct Layout {
 };
 
 // --- forward reductions -------------------------------------------------------------------------
-enum class Op { Sum, Mean, Max, Min };
+enum class Op { Sum, Mean, Max, Min, Prod };
 
 template <class T, Op op>
 struct Traits {
   static constexpr bool kFloat = std::is_floating_point<T>::value;
-  // The accumulator: double for float sums and every mean, int64 for integer sums, T for max/min.
+  // The accumulator: double for float sums and products and every mean, int64 for integer sums
+  // and products, T for max/min.
   using Acc = typename std::conditional<
       op == Op::Max || op == Op::Min, T,
-      typename std::conditional<op == Op::Sum && !kFloat, int64_t, double>::type>::type;
+      typename std::conditional<(op == Op::Sum || op == Op::Prod) && !kFloat, int64_t, double>::type>::type;
 
   // NumPy's maximum/minimum: NaN wins.
   // Written branch-free (| not ||) so that g++ vectorizes the loops that use it.
@@ -125,8 +128,16 @@ struct Traits {
     if (op == Op::Max) return ((v > m) | (v != v)) ? v : m;
     return ((v < m) | (v != v)) ? v : m;
   }
+  // Integer products wrap (unsigned multiplication: signed overflow is undefined in C++).
+  static inline Acc times(Acc a, Acc b) {
+    if constexpr (std::is_integral<Acc>::value)
+      return static_cast<Acc>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    else
+      return a * b;
+  }
   static inline Acc combine(Acc a, Acc b) {
     if (op == Op::Max || op == Op::Min) return pick(a, b);
+    if (op == Op::Prod) return times(a, b);
     return a + b;
   }
   static inline T finish(Acc acc, double count) {
@@ -155,6 +166,10 @@ struct Traits {
       for (int k = 1; k < kLanes; ++k) m = pick(m, r[k]);
       for (; i < n; ++i) m = pick(m, a[i]);
       return m;
+    } else if (op == Op::Prod) {
+      Acc p = static_cast<Acc>(a[0]);
+      for (int64_t i = 1; i < n; ++i) p = times(p, static_cast<Acc>(a[i]));
+      return p;
     } else if (std::is_integral<Acc>::value) {
       Acc s = 0;
       for (int64_t i = 0; i < n; ++i) s += static_cast<Acc>(a[i]);
@@ -270,7 +285,7 @@ class ReduceKernel : public Kernel {
     if (out_numel_ == 0) return;
     if (op == Op::Max || op == Op::Min)
       throw Error(std::string("zero-size reduction has no identity (") + (op == Op::Max ? "maximum" : "minimum") + ")");
-    T value = 0;
+    T value = op == Op::Prod ? 1 : 0;
     if (op == Op::Mean && Tr::kFloat) value = std::numeric_limits<T>::quiet_NaN();
     // NumPy's mean of nothing is NaN, which astype turns into the x86 "integer indefinite"
     // for int32/int64 (and 0 for the narrower types).
@@ -326,7 +341,7 @@ class ReduceKernel : public Kernel {
 
   // acc[0, w) = the reduction of rows [r0, r1) of the group at `base`, columns [c0, c0 + w).
   // Sums add rows four at a time: acc + ((p0 + p1) + (p2 + p3)), in Acc (fewer loads and stores
-  // of acc); max/min go row by row.
+  // of acc); max/min and products go row by row.
   void columns_of(const T* x, int64_t base, int64_t r0, int64_t r1, int64_t c0, int64_t w, Acc* acc) const {
     Acc* __restrict a = acc;
     Odometer red(rn_, rs_);
@@ -335,7 +350,7 @@ class ReduceKernel : public Kernel {
     for (int64_t j = 0; j < w; ++j) a[j] = static_cast<Acc>(p[j]);
     red.next();
     int64_t r = r0 + 1;
-    for (; op != Op::Max && op != Op::Min && r + 4 <= r1; r += 4) {
+    for (; (op == Op::Sum || op == Op::Mean) && r + 4 <= r1; r += 4) {
       const T* __restrict q0 = x + base + red.off + c0;
       red.next();
       const T* __restrict q1 = x + base + red.off + c0;
@@ -351,6 +366,8 @@ class ReduceKernel : public Kernel {
       p = x + base + red.off + c0;
       if (op == Op::Max || op == Op::Min) {
         for (int64_t j = 0; j < w; ++j) a[j] = Tr::pick(a[j], p[j]);
+      } else if (op == Op::Prod) {
+        for (int64_t j = 0; j < w; ++j) a[j] = Tr::times(a[j], static_cast<Acc>(p[j]));
       } else {
         for (int64_t j = 0; j < w; ++j) a[j] += static_cast<Acc>(p[j]);
       }
@@ -492,12 +509,76 @@ std::unique_ptr<Kernel> make_backprop(const NodeInfo& node) {
   return kernel;
 }
 
+// --- CumSum: the running sum along one axis ------------------------------------------------------
+// Accumulated in T, element after element along the axis (from its end when reversed), as NumPy's
+// cumsum in the input's dtype and Paddle's Eigen scan: the same additions in the same order, so
+// the same bits. Integer sums wrap (added as unsigned: signed overflow is undefined in C++).
+// Lanes of a non-innermost axis are summed side by side (for_each_lane_group), one lane group per
+// thread, so the result does not depend on the thread count.
+template <class T>
+class CumSumKernel : public Kernel {
+ public:
+  explicit CumSumKernel(const NodeInfo& node) {
+    check_arity(node, 1, 1);
+    const TensorDesc& x = node.inputs[0];
+    PDNG_CHECK(x.rank() >= 1, "needs an input of rank >= 1, got " + x.str());
+    check_like(node.outputs[0], x, "output");
+    layout_ = axis_layout(x.shape, normalize_axis(node.attrs.get_int("axis"), x.rank()));
+    exclusive_ = node.attrs.get_bool("exclusive");
+    reverse_ = node.attrs.get_bool("reverse");
+  }
+
+  void run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    if (layout_.numel() == 0) return;
+    const T* x = in[0].as<T>();
+    T* y = out[0].as<T>();
+    const int64_t n = layout_.n, inner = layout_.inner;
+    const bool exclusive = exclusive_, reverse = reverse_;
+    for_each_lane_group(layout_, [=](auto tag, int64_t base, int64_t lanes, int64_t) {
+      const int64_t stride = decltype(tag)::value ? 1 : inner;
+      T acc[kLanes];
+      for (int64_t j = 0; j < lanes; ++j) acc[j] = 0;
+      for (int64_t s = 0; s < n; ++s) {
+        const int64_t at = base + (reverse ? n - 1 - s : s) * stride;
+        const T* src = x + at;
+        T* dst = y + at;
+        for (int64_t j = 0; j < lanes; ++j) {
+          const T sum = add(acc[j], src[j]);
+          dst[j] = exclusive ? acc[j] : sum;
+          acc[j] = sum;
+        }
+      }
+    });
+  }
+
+ private:
+  static inline T add(T a, T b) {
+    if constexpr (std::is_integral<T>::value) {
+      using U = typename std::make_unsigned<T>::type;
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  }
+
+  AxisLayout layout_;
+  bool exclusive_ = false, reverse_ = false;
+};
+
+std::unique_ptr<Kernel> make_cumsum(const NodeInfo& node) {
+  std::unique_ptr<Kernel> kernel;
+  PDNG_DISPATCH_NUMERIC(node.inputs.at(0).dtype, T, { kernel.reset(new CumSumKernel<T>(node)); });
+  return kernel;
+}
+
 PDNG_REGISTER_KERNEL("ReduceSum", make_reduce<Op::Sum>);
 PDNG_REGISTER_KERNEL("ReduceMean", make_reduce<Op::Mean>);
 PDNG_REGISTER_KERNEL("ReduceMax", make_reduce<Op::Max>);
 PDNG_REGISTER_KERNEL("ReduceMin", make_reduce<Op::Min>);
+PDNG_REGISTER_KERNEL("ReduceProd", make_reduce<Op::Prod>);
 PDNG_REGISTER_KERNEL("ReduceSumBackprop", make_backprop<false>);
 PDNG_REGISTER_KERNEL("ReduceMeanBackprop", make_backprop<true>);
+PDNG_REGISTER_KERNEL("CumSum", make_cumsum);
 
 }  // namespace
 }  // namespace pdng

@@ -3,7 +3,7 @@ elements (legacy ``mean``, PIR ``mean_all``), and the norms gradient clipping em
 (squared_l2_norm, clip_by_norm; after Paddle's clip_by_norm_kernel_impl.h and
 squared_l2_norm_*_impl.h), and p_norm (the vector p-norm of paddle.linalg.norm and
 nn.PairwiseDistance, which triplet_margin_loss uses; after Paddle's p_norm_kernel.cc); max/min,
-amax/amin, all/any and logsumexp.
+amax/amin, all/any and logsumexp; prod (legacy ``reduce_prod``) and cumsum.
 """
 from __future__ import annotations
 
@@ -243,3 +243,79 @@ def logsumexp_grad(ctx):
     out = ops.Reshape(ctx.input("Out", "out"), shape=shape).output()
     dout = ops.Reshape(_dout(ctx), shape=shape).output()
     _set_dx(ctx, a.mul(dout, a.exp(a.sub(x, out))))
+
+
+# --- prod, cumsum ---------------------------------------------------------------------------------
+def _refuse_out_dtype(ctx):
+    """Legacy reduce ops cast x to ``out_dtype`` first when it is set; Paddle's Python API casts
+    with an op of its own instead, so only a hand-built program sets it."""
+    if int(ctx.attr("out_dtype", default=-1)) != -1:
+        raise ctx.fail(f"out_dtype {ctx.attr('out_dtype')} (a cast inside the reduction) is not converted")
+
+
+@converter("reduce_prod", "pd_op.prod")
+def reduce_prod(ctx):
+    _refuse_out_dtype(ctx)
+    axes, keep = _axes_keep(ctx)
+    _set_out(ctx, ops.ReduceProd(_x(ctx), axes=axes, keep_dims=keep).output())
+
+
+@converter("reduce_prod_grad", "pd_op.prod_grad")
+def reduce_prod_grad(ctx):
+    """dx = (dout * out) * (1 / x), as Paddle's ProdGradFunctor (reduce_functor.h) computes it. Where x
+    is 0 that is 0 * inf = NaN, which Paddle 3.3.1 returns too (and 0 for the other elements of a
+    product with one zero, where the exact gradient is the product of the others): its result, not
+    the exact gradient, is what this reproduces."""
+    _refuse_out_dtype(ctx)
+    x = _x(ctx)
+    out, dout = _kept(ctx, x, ctx.input("Out", "out")), _kept(ctx, x, _dout(ctx))
+    _set_dx(ctx, a.mul(a.mul(dout, out), a.div(a.c(1, x), x)))
+
+
+def _cumsum_attrs(ctx, x):
+    """(axis, flatten, exclusive, reverse); PIR passes the axis as a constant input."""
+    axis = int(ctx.attr_or_const_input(("axis",), ("axis",), default=-1))
+    flatten = bool(ctx.attr("flatten", default=False))
+    if not flatten and x.type.rank and not -x.type.rank <= axis < x.type.rank:
+        raise ctx.fail(f"axis {axis} out of range for {x.type}")
+    return axis, flatten, bool(ctx.attr("exclusive", default=False)), bool(ctx.attr("reverse", default=False))
+
+
+def _running_sum(ctx, x, *, reverse: bool):
+    """x's cumsum as the op's attributes say, reversed or not: flatten sums x as one row (Paddle's
+    output is then 1-D).
+
+    Paddle's kernel (cum_kernel.cc) copies an input of one element whatever the attributes, so an
+    exclusive cumsum of one element is that element, not 0: the same here when the shape says so;
+    refused when a dynamic dim may make it one element at run time."""
+    axis, flatten, exclusive, _ = _cumsum_attrs(ctx, x)
+    known = int(np.prod([d for d in x.shape if d >= 0], dtype=np.int64))
+    if known == 1 and x.type.is_static:
+        return ops.Reshape(x, shape=[1] if flatten else list(x.shape)).output()
+    if known == 1 and exclusive:
+        raise ctx.fail(f"exclusive cumsum of {x.type}: its dynamic dims may leave it one element at run "
+                       f"time, which Paddle copies")
+    row = x
+    if flatten:
+        row, axis = ops.Reshape(x, shape=[-1]).output(), 0
+    return ops.CumSum(row, axis=axis, exclusive=exclusive, reverse=reverse).output()
+
+
+@converter("cumsum", "pd_op.cumsum")
+def cumsum(ctx):
+    x = _x(ctx)
+    _set_out(ctx, _running_sum(ctx, x, reverse=_cumsum_attrs(ctx, x)[3]))
+
+
+@converter("cumsum_grad", "pd_op.cumsum_grad")
+def cumsum_grad(ctx):
+    """dx = the cumsum of dout in the other direction (exclusive stays), shaped as x: Paddle's
+    CumsumGradKernel. Legacy programs have this op too (Paddle 3.3.1's backward of cumsum)."""
+    x, dout = _x(ctx), _dout(ctx)
+    _, flatten, _, reverse = _cumsum_attrs(ctx, x)
+    dx = _running_sum(ctx, dout, reverse=not reverse)
+    if flatten:
+        if list(x.shape).count(-1) > 1:
+            raise ctx.fail(f"flatten with more than one dynamic dim ({x.type})")
+        dx = ops.Reshape(dx, shape=list(x.shape)).output()
+    _set_dx(ctx, dx)

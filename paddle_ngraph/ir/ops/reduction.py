@@ -1,10 +1,11 @@
-"""Reductions over a set of axes. An empty ``axes`` reduces over every axis."""
+"""Reductions over a set of axes (an empty ``axes`` reduces over every axis), and the running sum
+along one axis (CumSum)."""
 from __future__ import annotations
 
 from ..node import Node, register_op
-from ..types import TensorType, normalize_axis
+from ..types import DType, TensorType, normalize_axis
 
-__all__ = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"]
+__all__ = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"]
 
 
 class Reduction(Node):
@@ -66,3 +67,28 @@ class ReduceSumBackprop(ReductionBackprop):
 
 
 __all__ += ["ReduceMeanBackprop", "ReduceSumBackprop"]
+
+
+_CUMSUM_DTYPES = (DType.float32, DType.float64, DType.int32, DType.int64)  # Paddle's CPU kernel's, but int16
+
+
+@register_op
+class CumSum(Node):
+    """The running sum of x along ``axis``, of x's type. ``exclusive``: element i sums the elements
+    before it (the first is 0); ``reverse``: the sums run from the end of the axis. Sums are
+    accumulated in x's dtype, element after element (Paddle's and NumPy's order)."""
+
+    op_type = "CumSum"
+    attributes = {"axis": -1, "exclusive": False, "reverse": False}
+    num_inputs = 1
+
+    def infer(self):
+        t = self.input_type(0)
+        self.check(t.rank >= 1, f"needs an input of rank >= 1, got {t}")
+        self.check(t.dtype in _CUMSUM_DTYPES, f"needs a float32, float64, int32 or int64 input, got {t}")
+        axis = int(self.attrs["axis"])
+        self.check(-t.rank <= axis < t.rank, f"axis {axis} out of range for rank {t.rank}")
+        return [t]
+
+
+__all__ += ["CumSum"]
