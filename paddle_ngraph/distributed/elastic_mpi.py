@@ -137,11 +137,24 @@ class ElasticMpiTransport(MpiTransport):
     def shrink(self) -> "ElasticMpiTransport":
         """The group of the survivors (MPI_Comm_shrink, fault tolerant and agreed by all of them),
         numbered in the order of their ranks here. Collective over the survivors."""
+        MPI = self.MPI
         if self.lost is None:
             self._mark_lost("shrink")
-        survivors = self.comm.Shrink()
-        survivors.Set_errhandler(self.MPI.ERRORS_RETURN)
-        members = survivors.allgather((self.world_ranks[self.rank], self.hosts[self.rank]))
+        comm = self.comm
+        while True:
+            survivors = comm.Shrink()
+            survivors.Set_errhandler(MPI.ERRORS_RETURN)
+            try:
+                members = survivors.allgather((self.world_ranks[self.rank], self.hosts[self.rank]))
+                break
+            except MPI.Exception as error:  # another member died since the shrink: shrink again
+                if error.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED):
+                    raise
+                try:
+                    survivors.Revoke()
+                except MPI.Exception:
+                    pass
+                comm = survivors  # left unfreed: freeing a revoked communicator is not needed to go on
         self.close()
         return ElasticMpiTransport(survivors, members, self.next_world_rank)
 

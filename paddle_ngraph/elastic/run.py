@@ -101,11 +101,24 @@ def _grown(transport, grew: GroupGrew, state):
 
 
 def _recover(transport, state, min_ranks: int):
+    """Shrinks the group, restores the commit, runs the reset callbacks; again, from the smaller
+    group, when another rank is lost meanwhile."""
     lost = transport.lost
     _arm_exit(lost=True)
-    survivors = transport.shrink()
-    replace_group(survivors)
-    gone = sorted(set(transport.world_ranks) - set(survivors.world_ranks))
+    before = transport.world_ranks
+    while True:
+        survivors = transport.shrink()
+        replace_group(survivors)
+        try:
+            _restore(survivors, state, min_ranks, sorted(set(before) - set(survivors.world_ranks)), lost)
+            return survivors
+        except RankLostError as again:
+            log.warning("rank %d (world rank %d): a rank was lost during the recovery (%s); shrinking again",
+                        survivors.rank, survivors.world_ranks[survivors.rank], again)
+            transport = survivors
+
+
+def _restore(survivors, state, min_ranks: int, gone: list[int], lost: str):
     state.sync(survivors)
     where = f"commit {state.commits}"
     if survivors.size < min_ranks:
@@ -123,7 +136,6 @@ def _recover(transport, state, min_ranks: int):
                 "from %s", survivors.rank, survivors.world_ranks[survivors.rank], gone, lost, survivors.size,
                 survivors.world_ranks, where)
     state.reset()
-    return survivors
 
 
 _ENDING = {"armed": False, "lost": False, "status": 0}

@@ -63,7 +63,8 @@ def _world() -> int:
     return int(os.environ.get("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", os.environ["OMPI_COMM_WORLD_RANK"]))
 
 
-def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None, **growth):
+def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None,
+                    state=None, **growth):
     import paddle
 
     import paddle_ngraph
@@ -71,6 +72,17 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
 
     world = _world()
     groups = []
+    if state is not None and growth.pop("second_loss_in_recovery", False):
+        from paddle_ngraph.distributed import make_transport
+
+        def second_loss():
+            """World rank 2 dies during the recovery from the first loss; the others meet it in a
+            collective of their reset callback (a user's: agreeing on a data position, say)."""
+            if world == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            make_transport("auto").barrier()
+
+        state.register_reset_callbacks([second_loss])
 
     @elastic.run(min_ranks=min_ranks, **growth)
     def train(state):
@@ -121,6 +133,14 @@ def reference_from_commit(checkpoint_dir, save_dir=None):
     return {"params": _params(state), "groups": groups, "step": state.step}
 
 
+def second_loss_job(checkpoint_dir):
+    """Three ranks, world rank 1 dies at step KILL_STEP and world rank 2 during the recovery."""
+    state = _state(checkpoint_dir, seed=_world())
+    train, groups = _train_function(STEPS, KILL_STEP, 1, state=state, second_loss_in_recovery=True)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
 def rejoin_job(checkpoint_dir, discovery_script):
     """Three ranks, world rank 1 dies at step KILL_STEP; discovery lists room for three all along,
     so a new rank joins the two survivors at their first commit (after step REJOINED)."""
@@ -140,7 +160,8 @@ def reference(tmp_path_factory):
     first = run_ranks(reference_to_commit, 3, root, launcher_args=ULFM, timeout=TIMEOUT)
     second = run_ranks(reference_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
     third = run_ranks(reference_from_commit, 3, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
-    return first, second, root, third
+    alone = run_ranks(reference_from_commit, 1, root, launcher_args=ULFM, timeout=TIMEOUT)
+    return first, second, root, third, alone
 
 
 def _assert_bitwise(got: dict, want: dict, what: str):
@@ -222,3 +243,16 @@ def test_a_new_rank_joins_after_a_loss_bitwise_equal_to_restarting_on_three(refe
     assert "world rank 3 joined as rank 2 of 3" in run.rank_stderr[joined], run.report("no message of the new rank")
     # The reference's last phase really ran on three ranks from the commit the second one saved.
     assert reference[3].results[0]["groups"] == [(3, REJOINED)]
+
+
+def test_a_second_loss_during_the_recovery_shrinks_again(reference, tmp_path):
+    run = run_ranks(second_loss_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    assert run.ends[1] is None and run.ends[2] is None, run.report("a killed rank reported an end")
+    assert run.ends[0] is not None and run.ends[0]["exit"] == 0, run.report("world rank 0 did not finish")
+    result = run.results[0]
+    assert result["step"] == STEPS
+    assert result["groups"] == [(3, 0), (1, COMMITTED)], run.report("groups")
+    assert "a rank was lost during the recovery" in run.rank_stderr[0], run.report("no second recovery")
+    assert "lost world rank(s) [1, 2]" in run.rank_stderr[0], run.report("not both losses named")
+    _assert_bitwise(result["params"], reference[4].results[0]["params"], "world rank 0")
+    assert reference[4].results[0]["groups"] == [(1, COMMITTED)]
