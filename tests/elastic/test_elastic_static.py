@@ -10,7 +10,8 @@ two ranks from it (loaded), as separate jobs:
 - ``zero1_accumulate`` (PIR, INTERPRETER, through fleet's strategy.ngraph): ZeRO-1 and
   accumulate_steps=2, with the commit after step 3, between the two calls of an update: the
   commit holds the gathered optimizer state and the averaged accumulated gradient, and the two
-  survivors finish that update.
+  survivors finish that update. A new rank then joins at their first commit (after step 6, host
+  discovery listing room for three): the reference's last job is three ranks from that commit.
 
 A third job kills world rank 0 (the writer) while it writes commit(save=True): the checkpoint
 before it stays the latest and loads, equal to the reference's of that commit; the survivors'
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.distributed
 ULFM = ("--with-ft", "ulfm")
 STEPS = 8
 KILL_STEP = 5
+REJOINED = 6           # the zero1_accumulate job grows back to three at its commit after step 6
 COMMITTED = 3          # commits after steps 3 and 6 (step % 3 == 0): the kill at 5 goes back to 3
 COMMIT_NUMBER = 2      # the start is commit 1
 KILLED_WORLD_RANK = 1
@@ -41,7 +43,7 @@ TIMEOUT = 240
 VARIANTS = {
     "plain": {"ir": "legacy", "hidden": 262144, "config": {"backend": "CPU"}},
     # Through fleet: strategy.ngraph with these ngraph_configs, state.transpile() without keys.
-    "zero1_accumulate": {"ir": "pir", "hidden": 16, "fleet": True,
+    "zero1_accumulate": {"ir": "pir", "hidden": 16, "fleet": True, "rejoin": True,
                          "config": {"backend": "INTERPRETER", "zero_stage": 1, "accumulate_steps": 2}},
 }
 
@@ -94,17 +96,27 @@ def _die_while_writing(root: str, commit: int):
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, save_at=None, root=None):
+def _world() -> int:
+    """mpirun's rank, or for a process the group spawned, the world rank it gave."""
+    return int(os.environ.get("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", os.environ["OMPI_COMM_WORLD_RANK"]))
+
+
+def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, save_at=None, root=None,
+           grow=False):
     from paddle_ngraph import elastic
     from static_models import batch, persistables
 
-    world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world = _world()
     from paddle_ngraph.transpiler import engines_of
 
     groups, seen_on_reset, engine_kinds = [], [], []
     state.register_reset_callbacks([lambda: seen_on_reset.append(_disk(root))])
 
-    @elastic.run(min_ranks=2)
+    # Host discovery (a callable here) lists room for three ranks all along: a rank joins at the
+    # first commit after the loss.
+    growth = {"max_ranks": 3, "discovery": lambda: ["localhost:3"], "discovery_interval": 0} if grow else {}
+
+    @elastic.run(min_ranks=2, **growth)
     def train(state):
         settings = VARIANTS[variant]
         keys = {} if settings.get("fleet") else settings["config"]  # fleet's: recorded at its minimize
@@ -145,8 +157,9 @@ def _disk(root):
 
 def elastic_job(root, variant):
     with _ir(variant):
-        state, exe, loss = _setup(variant, root, seed=int(os.environ["OMPI_COMM_WORLD_RANK"]))
-        return _train(state, exe, loss, variant, STEPS, kill="allreduce" if variant == "plain" else "step")
+        state, exe, loss = _setup(variant, root, seed=_world())
+        return _train(state, exe, loss, variant, STEPS, kill="allreduce" if variant == "plain" else "step",
+                      grow=VARIANTS[variant].get("rejoin", False))
 
 
 def commit_kill_job(root):
@@ -166,23 +179,42 @@ def reference_to_commit(roots: dict):
 
 
 def reference_from_commit(roots: dict):
-    """Every variant on two ranks from its commit on disk to the end."""
+    """Every variant on two ranks from its commit on disk to the end; a variant that rejoins saves
+    its commit after step REJOINED."""
     results = {}
     for variant, root in roots.items():
         with _ir(variant):
             state, exe, loss = _setup(variant, root, seed=100 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
             assert state.load() == COMMIT_NUMBER
+            rejoin = VARIANTS[variant].get("rejoin", False)
+            results[variant] = _train(state, exe, loss, variant, STEPS, save_at=REJOINED if rejoin else None)
+    return results
+
+
+def reference_rejoined(roots: dict):
+    """The variants that rejoin, on three ranks from their commit after step REJOINED to the end."""
+    results = {}
+    for variant, root in roots.items():
+        with _ir(variant):
+            state, exe, loss = _setup(variant, root, seed=200 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
+            assert state.load() == COMMIT_NUMBER + 1
             results[variant] = _train(state, exe, loss, variant, STEPS)
     return results
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """Both variants' references: two jobs (three ranks, then two), each running every variant."""
+    """The variants' references: three ranks to the commit after step COMMITTED, two from it; the
+    variants that rejoin also three from the commit after step REJOINED. Each job runs every
+    variant it concerns."""
     roots = {variant: str(tmp_path_factory.mktemp(f"reference_{variant}")) for variant in VARIANTS}
     run_ranks(reference_to_commit, 3, roots, launcher_args=ULFM, timeout=TIMEOUT)
     second = run_ranks(reference_from_commit, 2, roots, launcher_args=ULFM, timeout=TIMEOUT)
-    return {variant: ([r[variant] for r in second.results], roots[variant]) for variant in VARIANTS}
+    rejoining = {v: root for v, root in roots.items() if VARIANTS[v].get("rejoin")}
+    third = run_ranks(reference_rejoined, 3, rejoining, launcher_args=ULFM, timeout=TIMEOUT)
+    return {variant: ([r[variant] for r in second.results], roots[variant],
+                      [r[variant] for r in third.results] if variant in rejoining else None)
+            for variant in VARIANTS}
 
 
 def _assert_bitwise(got: dict, want: dict, what: str):
@@ -194,24 +226,36 @@ def _assert_bitwise(got: dict, want: dict, what: str):
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_static_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, variant, tmp_path):
-    second, _ = reference[variant]
-    run = run_ranks(elastic_job, 3, str(tmp_path), variant, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    second, _, third = reference[variant]
+    rejoin = VARIANTS[variant].get("rejoin", False)
+    run = run_ranks(elastic_job, 3, str(tmp_path), variant, launcher_args=ULFM, timeout=TIMEOUT, check=False,
+                    joining=1 if rejoin else 0)
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     if variant == "plain":
         assert "dying inside the AllReduce" in run.rank_stdout[KILLED_WORLD_RANK], run.report("not killed in it")
-    for world in (0, 2):
+    # Each group's copy was transpiled with the variant's configuration (fleet's, recorded at minimize).
+    config = VARIANTS[variant]["config"]
+    engine = (config.get("zero_stage", 0) == 1, config.get("accumulate_steps", 1))
+    joined = 3  # the world rank of the process the group spawns
+    for world in (0, 2, joined) if rejoin else (0, 2):
         assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
         result = run.results[world]
         assert result["step"] == STEPS
-        assert result["groups"] == [(3, 0), (2, COMMITTED)], run.report("groups")
-        assert "lost world rank(s) [1]" in run.rank_stderr[world], run.report("no recovery message")
-        # Each group's copy was transpiled with the variant's configuration (fleet's, recorded at minimize).
-        config = VARIANTS[variant]["config"]
-        assert result["engines"] == [(config.get("zero_stage", 0) == 1, config.get("accumulate_steps", 1))] * 2
+        groups = [(3, 0), (2, COMMITTED)] + ([(3, REJOINED)] if rejoin else [])
+        if world == joined:
+            groups = [(3, REJOINED)]
+        else:
+            assert "lost world rank(s) [1]" in run.rank_stderr[world], run.report("no recovery message")
+        assert result["groups"] == groups, run.report(f"groups of world rank {world}")
+        assert result["engines"] == [engine] * len(groups)
         # Parameters, moments, beta powers, learning rate: every persistable variable.
-        _assert_bitwise(result["persistables"], second[0]["persistables"], f"{variant}: world rank {world}")
+        want = third[0] if rejoin else second[0]
+        _assert_bitwise(result["persistables"], want["persistables"], f"{variant}: world rank {world}")
     assert second[0]["groups"] == [(2, COMMITTED)]
     _assert_bitwise(second[1]["persistables"], second[0]["persistables"], "reference rank 1")
+    if rejoin:
+        assert third[0]["groups"] == [(3, REJOINED)]
+        assert "world rank(s) [3] joined" in run.rank_stderr[0], run.report("no join message")
 
 
 def _files(path: str) -> dict:
@@ -225,7 +269,7 @@ def _files(path: str) -> dict:
 
 
 def test_a_kill_while_writing_a_commit_leaves_the_one_before_loadable(reference, tmp_path):
-    _, reference_root = reference["plain"]
+    _, reference_root, _ = reference["plain"]
     root = str(tmp_path / "ckpt")
     run = run_ranks(commit_kill_job, 3, root, launcher_args=ULFM, timeout=TIMEOUT, check=False)
     assert run.ends[0] is None, run.report("world rank 0 (the writer) reported an end")
