@@ -191,6 +191,14 @@ cdef class NativeExecutable:
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 
+    def use_native_mpi_comm(self, uintptr_t comm):
+        """AllReduce from C++, flat MPI on ``comm`` (an MPI_Comm handle, mpi4py's MPI._handleof) in
+        place of MPI_COMM_WORLD: an elastic job's group, which shrinks and grows."""
+        try:
+            self.executor.set_communicator(make_mpi_group_communicator(comm))
+        except RuntimeError as e:
+            raise ExecutionError(str(e)) from None
+
     def use_native_mpi_group(self, group, uintptr_t group_comm):
         """The collectives over ``group`` (the global ranks of their "group" attribute) from C++,
         flat MPI over ``group_comm`` (an MPI_Comm handle of those ranks, mpi4py's MPI._handleof)."""

@@ -18,8 +18,10 @@ A spawned process finds its parents with ``join()``. Members are named by "world
 messages: their rank in the job mpirun started, and for spawned processes the numbers after
 the highest given so far (a job of 3 whose rank 1 died and was replaced has world ranks 0, 2, 3).
 
-The CPU backend reaches this transport through Python (``native_link`` is None): its native MPI
-communicator works on MPI_COMM_WORLD, which a shrink cannot replace. Flat allreduce only.
+The CPU backend's collectives run from C++ (``native_link``: flat MPI on a duplicate of the
+group's communicator; no shared-memory or hierarchical path, which are bound to MPI_COMM_WORLD).
+A failure there revokes that duplicate (native/cpu/src/mpi_communicator.cc), which wakes the
+survivors waiting in it; ``failure_noticed`` then finds it revoked and marks the group lost.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import os
 
 from ..errors import ConfigError, RankLostError, TransportError
 from .mpi import MpiTransport, import_mpi
+from .transport import NativeLink
 
 log = logging.getLogger("paddle_ngraph.distributed")
 FT_ENV = "OMPI_MCA_mpi_ft_enable"  # what `mpirun --with-ft ulfm` sets in every rank
@@ -81,6 +84,7 @@ class ElasticMpiTransport(MpiTransport):
         self.shared_memory = False
         self.lost: str | None = None  # why this group is broken, once a rank of it was lost
         self.joined = False  # made by join(): this process was spawned into the group
+        self._native = None  # the duplicate of comm the CPU backend's collectives run on (native_link)
         if members is None:
             members = comm.allgather((MPI.COMM_WORLD.Get_rank(), MPI.Get_processor_name()))
         # The world rank of each member: names survive renumbering in messages.
@@ -109,6 +113,14 @@ class ElasticMpiTransport(MpiTransport):
         except self.MPI.Exception:
             pass  # already revoked by another survivor
 
+    def failure_noticed(self) -> bool:
+        """Whether this process knows of a lost rank: one of its collectives here failed, or the
+        native path's communicator was revoked (by this process's or another survivor's CPU backend,
+        whose AllReduce saw the failure)."""
+        if self.lost is None and self._native is not None and _is_revoked(self.MPI, self._native):
+            self._mark_lost("the CPU backend's collective")
+        return self.lost is not None
+
     def failed_world_ranks(self) -> list[int]:
         """The world ranks of the members this rank knows to have failed."""
         MPI = self.MPI
@@ -124,7 +136,7 @@ class ElasticMpiTransport(MpiTransport):
         """A fault-tolerant agreement over the group (MPI_Comm_agree): returns if every member is
         alive, else raises RankLostError on every survivor alike. Ends a run: a rank that finished
         while another died would otherwise leave the survivors' recovery one member short."""
-        if self.lost is not None:
+        if self.failure_noticed():
             raise RankLostError(self.lost)
         try:
             self.comm.Agree(1)
@@ -236,7 +248,7 @@ class ElasticMpiTransport(MpiTransport):
     def abort(self, message: str):
         """After a lost rank the step's error goes to ``elastic.run``, which recovers; any other
         error ends the job as on every transport."""
-        if self.lost is None and not self._revoked():
+        if not self.failure_noticed() and not self._revoked():
             super().abort(message)
 
     def _revoked(self) -> bool:
@@ -248,11 +260,30 @@ class ElasticMpiTransport(MpiTransport):
     def set_hierarchical(self, mode: str = "auto") -> bool:
         return False  # the node and leader communicators would need shrinking too
 
-    def native_link(self):
-        return None  # the native communicator is bound to MPI_COMM_WORLD (see the module's docstring)
+    def native_link(self) -> NativeLink:
+        """Flat MPI from C++ on a duplicate of the group's communicator, made at the first link
+        (every rank links its executable at the same step, as for the other transports)."""
+        if self._native is None:
+            self._native = self.comm.Dup()
+            self._native.Set_errhandler(self.MPI.ERRORS_RETURN)
+        return NativeLink("mpi-comm", (self.MPI._handleof(self._native),))
+
+    def close(self):
+        # A revoked duplicate holds dead members: it is dropped, not freed (freeing is collective).
+        if self._native is not None and self.lost is None:
+            self._native.Free()
+        self._native = None
+        super().close()
 
     def __repr__(self):
         return f"<{self.name} transport rank {self.rank} of {self.size}, world ranks {self.world_ranks}>"
+
+
+def _is_revoked(MPI, comm) -> bool:
+    try:
+        return bool(comm.Is_revoked())
+    except MPI.Exception:
+        return True
 
 
 def spawned_links() -> bool:

@@ -42,6 +42,8 @@ class NativeLink:
     # communicator) as integers, (0, 0) for flat. "functions": C functions of the pdng_ccl ABI;
     # ``handles``: (address of the allreduce, address of the last-error function). "mpi-group": a
     # group's (``Transport.group``) flat MPI communicator; ``handles``: (its MPI_Comm as an integer,).
+    # "mpi-comm": the executor's own flat MPI communicator on a communicator other than
+    # MPI_COMM_WORLD (an elastic group's); ``handles``: (its MPI_Comm as an integer,).
     kind: str
     handles: tuple[int, ...] = ()
 

@@ -80,7 +80,7 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
             except GroupGrew as grew:
                 transport = _grown(transport, grew, state)
             except Exception as error:
-                if transport.lost is None and not isinstance(error, RankLostError):
+                if not transport.failure_noticed() and not isinstance(error, RankLostError):
                     raise  # not a lost rank: the user's error, as without elastic
                 transport = _recover(transport, state, min_ranks)
 

@@ -4,9 +4,9 @@ Two variants, each killed (SIGKILL) in world rank 1 at step KILL_STEP and compar
 with a reference that trains three ranks to the commit after step COMMITTED (saved to disk) and
 two ranks from it (loaded), as separate jobs:
 
-- ``plain`` (legacy IR, CPU backend): a wide layer makes a large gradient bucket, and world
-  rank 1 kills itself while it is inside the AllReduce of that bucket (the kill is armed in the
-  transport call, then the real MPI_Allreduce runs and the process dies in it);
+- ``plain`` (legacy IR, CPU backend, whose AllReduce runs from C++ on the group's communicator):
+  a wide layer makes a large gradient bucket, and world rank 1 dies 0.3 s late for step 5, while
+  the others wait for it inside that native AllReduce;
 - ``zero1_accumulate`` (PIR, INTERPRETER, through fleet's strategy.ngraph): ZeRO-1 and
   accumulate_steps=2, with the commit after step 3, between the two calls of an update: the
   commit holds the gathered optimizer state and the averaged accumulated gradient, and the two
@@ -72,18 +72,13 @@ def _ir(variant: str):
     return paddle.pir_utils.OldIrGuard() if VARIANTS[variant]["ir"] == "legacy" else paddle.pir_utils.IrGuard()
 
 
-def _die_inside_the_big_allreduce(transport):
-    """Arms a SIGKILL of this process 2 ms into the next AllReduce of a large bucket, then runs
-    that AllReduce: the process dies while its bytes are on the wire."""
-    real = transport.allreduce
-
-    def allreduce(array, *args, **kwargs):
-        if array.size >= 1 << 18:
-            print(f"world rank {KILLED_WORLD_RANK}: dying inside the AllReduce of {array.nbytes} bytes", flush=True)
-            threading.Timer(0.002, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        return real(array, *args, **kwargs)
-
-    transport.allreduce = allreduce
+def _die_while_the_others_wait_in_the_allreduce():
+    """World rank 1 dies 0.3 s late for its step, the others having gone ahead into the CPU
+    backend's native AllReduce of that step, where they wait for its gradients: the failure must
+    reach ranks blocked in C++ (the first to see it revokes the communicator)."""
+    print(f"world rank {KILLED_WORLD_RANK}: dying while the others wait in the AllReduce", flush=True)
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _die_while_writing(root: str, commit: int):
@@ -109,7 +104,7 @@ def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, s
     world = _world()
     from paddle_ngraph.transpiler import engines_of
 
-    groups, seen_on_reset, engine_kinds = [], [], []
+    groups, seen_on_reset, engine_kinds, communicators = [], [], [], []
     state.register_reset_callbacks([lambda: seen_on_reset.append(_disk(root))])
 
     # Host discovery (a callable here) lists room for three ranks all along: a rank joins at the
@@ -129,12 +124,12 @@ def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, s
             _die_while_writing(root, COMMIT_NUMBER + 1)  # the save after step 6
         while state.step < stop_at:
             if kill == "allreduce" and world == KILLED_WORLD_RANK and state.step == KILL_STEP:
-                from paddle_ngraph.elastic.group import start_group
-
-                _die_inside_the_big_allreduce(start_group())
+                _die_while_the_others_wait_in_the_allreduce()
             if kill == "step" and world == KILLED_WORLD_RANK and state.step == KILL_STEP:
                 os.kill(os.getpid(), signal.SIGKILL)
             exe.run(program, feed=batch(state.step, rank, size), fetch_list=[fetch])
+            if len(communicators) < len(groups):  # how this group's first step reached the others
+                communicators.append(getattr(engine.executable, "communicator", None))
             state.step += 1
             if state.step % COMMITTED == 0:
                 state.commit(save=save_every or state.step == save_at)
@@ -143,7 +138,7 @@ def _train(state, exe, loss, variant, stop_at, *, kill=None, save_every=False, s
 
     train(state)
     return {"persistables": persistables(state), "groups": groups, "step": state.step, "disk": seen_on_reset,
-            "engines": engine_kinds}
+            "engines": engine_kinds, "communicators": communicators}
 
 
 def _disk(root):
@@ -232,7 +227,11 @@ def test_static_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(referenc
                     joining=1 if rejoin else 0)
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     if variant == "plain":
-        assert "dying inside the AllReduce" in run.rank_stdout[KILLED_WORLD_RANK], run.report("not killed in it")
+        assert "dying while the others wait" in run.rank_stdout[KILLED_WORLD_RANK], run.report("not killed there")
+        # The survivors' engines ran their AllReduce from C++ on the group's communicator.
+        for world in (0, 2):
+            assert run.results[world]["communicators"] == ["MPI_Allreduce on a group of 3 ranks",
+                                                           "MPI_Allreduce on a group of 2 ranks"], run.report("path")
     # Each group's copy was transpiled with the variant's configuration (fleet's, recorded at minimize).
     config = VARIANTS[variant]["config"]
     engine = (config.get("zero_stage", 0) == 1, config.get("accumulate_steps", 1))

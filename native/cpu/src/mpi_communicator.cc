@@ -9,6 +9,9 @@
 
 #ifdef PDNG_WITH_MPI
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: ULFM's MPIX_Comm_revoke where built with it
+#endif
 #endif
 
 namespace pdng {
@@ -52,8 +55,26 @@ void divide(void* data, int64_t count, int size) {
   for (int64_t i = 0; i < count; ++i) p[i] = p[i] / n;
 }
 
-void check(int rc, const char* call, int rank, int64_t count, DType dtype) {
+// Under fault tolerance (mpirun --with-ft ulfm) a collective with a dead rank fails on some survivors
+// only, while others may wait in it for ever: the first to see the failure revokes the communicator,
+// which ends the collective on every survivor (the elastic transport then shrinks the group).
+void revoke_on_process_failure(int rc, MPI_Comm comm) {
+#if defined(OMPI_HAVE_MPI_EXT_FTMPI) && OMPI_HAVE_MPI_EXT_FTMPI
+  int error_class = 0;
+  MPI_Error_class(rc, &error_class);
+  if (comm != MPI_COMM_NULL && (error_class == MPIX_ERR_PROC_FAILED || error_class == MPIX_ERR_PROC_FAILED_PENDING ||
+                                error_class == MPIX_ERR_REVOKED)) {
+    MPIX_Comm_revoke(comm);
+  }
+#else
+  (void)rc;
+  (void)comm;
+#endif
+}
+
+void check(int rc, const char* call, int rank, int64_t count, DType dtype, MPI_Comm comm = MPI_COMM_NULL) {
   if (rc == MPI_SUCCESS) return;
+  revoke_on_process_failure(rc, comm);
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   MPI_Error_string(rc, text, &len);
@@ -132,7 +153,7 @@ class MpiCommunicator : public Communicator {
       std::fill(send + segment, send + chunk * n, uint16_t{0});  // the padding encodes 0.0
       check(MPI_Alltoall(send, static_cast<int>(chunk), MPI_UINT16_T, recv_.data(), static_cast<int>(chunk),
                          MPI_UINT16_T, world_), ("MPI_Alltoall of the " + compress + " AllReduce").c_str(), rank_, count,
-            DType::Float32);
+            DType::Float32, world_);
       const float divisor = static_cast<float>(n);
       const bool avg = reduction == "avg";
       in_blocks(chunk, [&](int64_t b, int64_t e) {
@@ -144,7 +165,7 @@ class MpiCommunicator : public Communicator {
       });
       check(MPI_Allgather(mine, static_cast<int>(chunk), MPI_UINT16_T, send, static_cast<int>(chunk), MPI_UINT16_T,
                           world_), ("MPI_Allgather of the " + compress + " AllReduce").c_str(), rank_, count,
-            DType::Float32);
+            DType::Float32, world_);
       in_blocks(segment, [&](int64_t b, int64_t e) { decode_half(send + b, x + b, e - b, format); });
     }
   }
@@ -170,7 +191,7 @@ class MpiCommunicator : public Communicator {
     if (path != nullptr && path->reduce_scatter(in, out, count, dtype, reduction)) return;
     PDNG_CHECK(count <= INT32_MAX, "reduce_scatter of more than 2^31 elements per rank");
     check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), mpi_op(reduction), world_),
-          "MPI_Reduce_scatter_block", rank_, count * size_, dtype);
+          "MPI_Reduce_scatter_block", rank_, count * size_, dtype, world_);
     if (reduction == "avg") {
       if (dtype == DType::Float32) divide<float>(out, count, size_);
       else divide<double>(out, count, size_);
@@ -183,7 +204,7 @@ class MpiCommunicator : public Communicator {
     PDNG_CHECK(count <= INT32_MAX, "allgather of more than 2^31 elements per rank");
     check(MPI_Allgather(in, static_cast<int>(count), mpi_type(dtype), out, static_cast<int>(count), mpi_type(dtype),
                         world_),
-          "MPI_Allgather", rank_, count, dtype);
+          "MPI_Allgather", rank_, count, dtype, world_);
   }
 
  private:
@@ -220,7 +241,7 @@ class MpiCommunicator : public Communicator {
       const void* send = in ? static_cast<const void*>(in_bytes + done * dtype_size(dtype)) : MPI_IN_PLACE;
       if (node_ == MPI_COMM_NULL) {
         check(MPI_Allreduce(send, part, n, mpi_type(dtype), mpi_op(reduction), world_),
-              "MPI_Allreduce", rank_, count, dtype);
+              "MPI_Allreduce", rank_, count, dtype, world_);
       } else {
         hierarchical(part, n, dtype, reduction, count);
       }

@@ -191,12 +191,15 @@ class Specialization:
         if link.kind == "mpi":
             if _native().has_native_mpi():
                 native.use_native_mpi(*link.handles, shared_memory=transport.shared_memory)
+        elif link.kind == "mpi-comm":
+            if _native().has_native_mpi():
+                native.use_native_mpi_comm(*link.handles)
         elif link.kind == "functions":
             native.use_native_functions(transport.rank, transport.size, *link.handles,
                                         shared_memory=transport.shared_memory)
         else:
             raise TransportError(f"rank {transport.rank}: the {transport.name} transport's native link "
-                                 f"'{link.kind}' is not one of mpi, functions")
+                                 f"'{link.kind}' is not one of mpi, mpi-comm, functions")
         self._use_native_group_communicators(native)
 
     def _use_native_group_communicators(self, native):
