@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 
+from ..distributed import detect_launcher
 from ..errors import ConfigError, RankLostError, TooFewRanksError
 from .group import replace_group, start_group
 from .growth import GroupGrew, Growth
@@ -64,6 +65,7 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
         if state.commits == 0:
             state.commit()  # the starting point: what a loss before the first commit goes back to
         if transport is None:
+            _without_elastic_group(growth)
             return func(state, *args, **kwargs)
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
         if transport.joined:
@@ -85,6 +87,22 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
                 transport = _recover(transport, state, min_ranks)
 
     return wrapper
+
+
+def _without_elastic_group(growth):
+    """One process, or ranks that no elastic group can hold: under ``paddle.distributed.launch``
+    the function runs once, as plain data parallel over the launcher's transport (its engines make
+    the ranks' parameters equal at their first step, as always). Paddle 3.3.1's launcher stops every
+    other rank when one dies (SIGTERM, then SIGKILL after 3 s) and, without an etcd master,
+    restarts nothing: no survivor is left to continue."""
+    launch = detect_launcher()
+    if launch.size > 1 and launch.rank == 0:
+        where = "paddle.distributed.launch" if launch.launcher == "paddle" else launch.launcher
+        log.warning("elastic.run under %s: a lost rank ends the job (Paddle's launcher stops the other ranks "
+                    "and restarts nothing without an etcd master)%s; training runs as plain data parallel. To "
+                    "survive a loss, start it with `mpirun --with-ft ulfm`; to resume after a restart, "
+                    "commit(save=True) and state.load()", where,
+                    "; ranks cannot join either" if growth is not None else "")
 
 
 def _grown(transport, grew: GroupGrew, state):

@@ -59,8 +59,12 @@ def _params(state):
 
 
 def _world() -> int:
-    """This process's world rank: mpirun's, or for a process the group spawned, the one it gave."""
-    return int(os.environ.get("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", os.environ["OMPI_COMM_WORLD_RANK"]))
+    """This process's world rank: mpirun's (or the launcher's), or for a process the group spawned,
+    the one it gave."""
+    for name in ("PADDLE_NGRAPH_ELASTIC_WORLD_RANK", "OMPI_COMM_WORLD_RANK", "PADDLE_TRAINER_ID"):
+        if name in os.environ:
+            return int(os.environ[name])
+    raise KeyError("no rank in the environment")
 
 
 def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None,
@@ -117,7 +121,7 @@ def elastic_job(checkpoint_dir, min_ranks):
 
 def reference_to_commit(checkpoint_dir):
     """Three ranks to the commit after step COMMITTED, saved to disk."""
-    state = _state(checkpoint_dir, seed=int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    state = _state(checkpoint_dir, seed=_world())
     train, _ = _train_function(COMMITTED, None, 1, save_at=COMMITTED)
     train(state)
     return {"params": _params(state), "step": state.step}
@@ -256,3 +260,17 @@ def test_a_second_loss_during_the_recovery_shrinks_again(reference, tmp_path):
     assert "lost world rank(s) [1, 2]" in run.rank_stderr[0], run.report("not both losses named")
     _assert_bitwise(result["params"], reference[4].results[0]["params"], "world rank 0")
     assert reference[4].results[0]["groups"] == [(1, COMMITTED)]
+
+
+def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(reference, tmp_path):
+    """Paddle's launcher stops every rank when one dies: no group can survive there. The same
+    script still trains (over oneCCL), from rank 0's commit, and rank 0 says what is lost."""
+    run = run_ranks(reference_to_commit, 3, str(tmp_path), launcher="launch", timeout=TIMEOUT)
+    assert "elastic.run under paddle.distributed.launch: a lost rank ends the job" in run.rank_stderr[0], run.report("no warning")
+    want = reference[0].results[0]["params"]
+    for world in range(3):
+        got = run.results[world]["params"]
+        assert run.results[world]["step"] == COMMITTED
+        for name in want:  # oneCCL sums in its own order: equal to MPI's up to rounding
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        _assert_bitwise(got, run.results[0]["params"], f"rank {world} against rank 0")
