@@ -13,6 +13,11 @@ only later segments read are handed over in ``handover``, a dict the engines of 
 a segment's engine stores them after its step, a later one passes them to its executable as its
 last parameters (``SegmentLinks``). Trailing ``order_inputs`` of the operator only order it after
 other ops.
+
+In one process with the plain schedule, a step of that full path leaves a plan of itself where the
+backend makes one (the CPU backend's ``StepPlan``): later steps whose inputs have the same dtypes
+and shapes run as one native call (Paddle calls the operator on its worker threads, where this
+module's Python runs cold, 20-30 us a step); a step whose inputs differ takes the full path again.
 """
 from __future__ import annotations
 
