@@ -68,21 +68,22 @@ cdef int _run(int64_t engine_id, int n, void** ptrs, const int* dtypes, const in
     return _run_with_gil(engine_id, n, ptrs, dtypes, ndims, shapes, alloc_ctx, alloc, error, error_len)
 
 
-# Paddle dtype code -> NumPy type number, looked up per input and step.
-_TYPE_NUM_OF_PADDLE = {code: cnp.dtype(np_type).num for code, np_type in _NUMPY_OF_PADDLE.items()}
+# Paddle dtype code -> NumPy type number (-1: none), looked up per input and step: a C table, as
+# the callback runs on Paddle's worker threads, where a dict lookup is a cache miss more.
+cdef int _TYPE_NUM_OF_PADDLE[32]
+for _code in range(32):
+    _TYPE_NUM_OF_PADDLE[_code] = cnp.dtype(_NUMPY_OF_PADDLE[_code]).num if _code in _NUMPY_OF_PADDLE else -1
 
 
 cdef object _wrap(void* ptr, int dtype, int ndim, const int64_t* shape):
     cdef cnp.npy_intp dims[16]
-    cdef int i, type_num
+    cdef int i, type_num = _TYPE_NUM_OF_PADDLE[dtype] if 0 <= dtype < 32 else -1
     if ndim > 16:
         raise ValueError(f"tensors of rank {ndim} are not supported (at most 16)")
     for i in range(ndim):
         dims[i] = shape[i]
-    try:
-        type_num = _TYPE_NUM_OF_PADDLE[dtype]
-    except KeyError:
-        raise TypeError(f"unsupported Paddle dtype code {dtype}") from None
+    if type_num < 0:
+        raise TypeError(f"unsupported Paddle dtype code {dtype}")
     if ptr == NULL:  # zero-size tensors may have no buffer
         return np.empty([dims[i] for i in range(ndim)], dtype=_NUMPY_OF_PADDLE[dtype])
     return cnp.PyArray_SimpleNewFromData(ndim, dims, type_num, ptr)

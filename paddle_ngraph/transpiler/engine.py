@@ -13,6 +13,11 @@ only later segments read are handed over in ``handover``, a dict the engines of 
 a segment's engine stores them after its step, a later one passes them to its executable as its
 last parameters (``SegmentLinks``). Trailing ``order_inputs`` of the operator only order it after
 other ops.
+
+In one process with the plain schedule, a step of that full path leaves a plan of itself where the
+backend makes one (the CPU backend's ``StepPlan``): later steps whose inputs have the same dtypes
+and shapes run as one native call (Paddle calls the operator on its worker threads, where this
+module's Python runs cold, 20-30 us a step); a step whose inputs differ takes the full path again.
 """
 from __future__ import annotations
 
@@ -122,6 +127,9 @@ class Engine:
         self.wait_seconds = 0.0
         self._on_first_run = on_first_run
         self._accepted: set = set()  # (dtype codes, shapes) of inputs check_inputs accepted
+        # The backend's whole step for inputs like the last step's, where it has one (the CPU
+        # backend's StepPlan): made after a step of the full path, used until a step differs.
+        self._plan = None
         _ENGINES[self.id] = self
         self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
         results = list(function.results)
@@ -171,6 +179,14 @@ class Engine:
             self._accepted.add(signature)
 
     def run(self, arrays, dtype_codes):
+        plan = self._plan
+        if plan is not None:
+            # None: these inputs differ from those the plan was made for (nothing was run).
+            fetched = plan.run(arrays, dtype_codes)
+            if fetched is not None:
+                self.steps += 1
+                self.updates += 1
+                return fetched
         if len(arrays) != self.num_inputs + self.order_inputs:
             raise ExecutionError(f"ngraph_engine {self.id}: {len(arrays)} inputs, the function takes {self.num_inputs}"
                                  f" (and {self.order_inputs} for ordering)")
@@ -187,7 +203,10 @@ class Engine:
             if self._on_first_run is not None:
                 self._on_first_run(self, arrays)
                 self._on_first_run = None
-            return self._step(arrays)
+            self._plan = None
+            fetched = self._step(arrays)
+            self._plan = self._make_plan(dtype_codes)
+            return fetched
         watchdog = self.watchdog
         if watchdog:
             watchdog.enter_step(self.id, self.steps)
@@ -212,6 +231,21 @@ class Engine:
         finally:
             if watchdog:
                 watchdog.leave_step()
+
+    def _make_plan(self, dtype_codes):
+        """The backend's plan of the step just run, for the next steps with the same inputs, where
+        a step is one executable call and nothing around it: one process (no collectives, no
+        agreement on inputs), the plain schedule (no variants, no inputs of its own, every step an
+        update), no ZeRO-1 slices, no timeline."""
+        if (type(self.schedule) is not Schedule or self.sharded is not None or self.timeline is not None
+                or self._on_first_run is not None or (self.transport is not None and self.transport.size > 1)):
+            return None
+        make = getattr(self.executable, "step_plan", None)
+        if make is None:
+            return None
+        variant = self.apply
+        return make(list(dtype_codes), self.order_inputs, self.handover, self.handed_in, variant.state_writeback,
+                    self.handed_out, list(zip(self.output_codes, variant.fetch_positions)))
 
     def _agree_on_inputs(self, problem: str | None):
         """All ranks learn whether any rank's feeds are bad, before any collective of the step, and

@@ -294,6 +294,29 @@ class CPUExecutable(Executable):
         """Positions of the last call's results that share memory with one of its inputs."""
         return self.last.results_in_inputs
 
+    def step_plan(self, codes: list, extra_inputs: int, handover: dict, handed_in: list, writeback: list,
+                  handed_out: list, fetch: list):
+        """An engine step on the last call's specialization as one native object (``StepPlan`` of
+        cython/cpu_runtime.pyx), for the engine's steps whose inputs have the last call's dtypes
+        and shapes. ``codes``: the Paddle dtype codes of the Paddle inputs (the function's first
+        parameters), which the engine accepted; ``extra_inputs``: inputs after them that the
+        operator passes and the function does not take; ``handed_in``: names in ``handover`` of the
+        parameters after them; ``writeback``: (result, input) positions; ``handed_out``: (name,
+        result position) to store in ``handover``; ``fetch``: (Paddle dtype code, result position).
+        None where a step needs more than that (collectives, tracing)."""
+        specialization = self.last
+        if specialization is None or specialization.collectives or self.tracing:
+            return None
+        if len(codes) + len(handed_in) != len(self._expected):
+            return None
+        types = [(p.output_types[0].dtype.numpy, p.output_types[0].shape)
+                 for p in specialization.function.parameters]
+        aliased = specialization.results_in_inputs
+        return _native().StepPlan(
+            specialization.native, self, specialization, len(codes) + extra_inputs, list(codes), types, handover,
+            list(handed_in), dict(specialization.result_is_input), [tuple(p) for p in writeback],
+            [(name, pos, pos in aliased) for name, pos in handed_out], [tuple(f) for f in fetch])
+
     def collective_progress(self):
         specialization = self.last
         if specialization is None:
