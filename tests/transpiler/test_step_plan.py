@@ -24,11 +24,11 @@ def batches(seed: int = 0):
 
 
 def train(xs, ys, transpile: bool, optimizer: str = "sgd"):
-    """Losses and parameters after each step (cumsum and its gradient, which the engine lacks,
+    """Losses and parameters after each step (logcumsumexp and its gradient, which the engine lacks,
     between the two Linear layers: three engine segments, the last handed the first's
     activations), and the engines of the program."""
     paddle.seed(1)
-    main, startup, loss = fm.build("cumsum", optimizer)
+    main, startup, loss = fm.build("logcumsumexp", optimizer)
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
     losses, params = [], []
