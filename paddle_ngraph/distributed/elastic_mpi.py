@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 
 from ..errors import ConfigError, RankLostError, TransportError
 from .mpi import MpiTransport, import_mpi
@@ -41,6 +42,18 @@ JOINED_RANK_ENV = "PADDLE_NGRAPH_ELASTIC_WORLD_RANK"
 # The intercommunicators of spawns this process took part in: disconnected before MPI_Finalize
 # (see ``disconnect_spawned``).
 _SPAWN_LINKS: list = []
+
+
+# ULFM's heartbeat failure detector (off by default): declares a rank failed when it stops
+# answering without dying (a frozen process); each rank sends a heartbeat every second from a
+# thread of its own and is suspected after 4 s of silence.
+HEARTBEAT_OPTIONS = ("--mca mpi_ft_detector true --mca mpi_ft_detector_thread true --mca mpi_ft_detector_period 1 "
+                     "--mca mpi_ft_detector_timeout 4")
+
+
+def heartbeat_detector_enabled(env=None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("OMPI_MCA_mpi_ft_detector", "").lower() in ("1", "true", "yes", "on")
 
 
 def fault_tolerance_enabled(env=None) -> bool:
@@ -70,9 +83,9 @@ class ElasticMpiTransport(MpiTransport):
     # detected: see docs/elastic.md).
     stall_watchdog = False
 
-    def __init__(self, comm=None, members: list[tuple[int, str]] | None = None, next_world_rank: int | None = None):
-        """``members``: (world rank, host) of each rank of ``comm``, in rank order (None: gathered
-        here); ``next_world_rank``: the world rank the next spawned process gets."""
+    def __init__(self, comm=None, members: list[tuple] | None = None, next_world_rank: int | None = None):
+        """``members``: ``member()`` of each rank of ``comm``, in rank order (None: gathered here);
+        ``next_world_rank``: the world rank the next spawned process gets."""
         MPI = import_mpi()
         if comm is None:
             if not fault_tolerance_enabled():
@@ -82,15 +95,19 @@ class ElasticMpiTransport(MpiTransport):
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         super().__init__(comm)
         self.shared_memory = False
+        if members is None:
+            members = comm.allgather(member(MPI.COMM_WORLD.Get_rank()))
+        self.members = [tuple(m) for m in members]
+        # The world rank of each member: names survive renumbering in messages.
+        self.world_ranks = [m[0] for m in self.members]
+        self.hosts = [m[1] for m in self.members]  # where each member runs (MPI_Get_processor_name)
+        self.next_world_rank = max(self.world_ranks) + 1 if next_world_rank is None else next_world_rank
         self.lost: str | None = None  # why this group is broken, once a rank of it was lost
         self.joined = False  # made by join(): this process was spawned into the group
+        # Whether a rank of this group's past was lost: its survivors end without MPI_Finalize
+        # (elastic/run.py), so nobody may wait for them at exit (a spawn's disconnect would).
+        self.survived_loss = False
         self._native = None  # the duplicate of comm the CPU backend's collectives run on (native_link)
-        if members is None:
-            members = comm.allgather((MPI.COMM_WORLD.Get_rank(), MPI.Get_processor_name()))
-        # The world rank of each member: names survive renumbering in messages.
-        self.world_ranks = [world for world, _ in members]
-        self.hosts = [host for _, host in members]  # where each member runs (MPI_Get_processor_name)
-        self.next_world_rank = max(self.world_ranks) + 1 if next_world_rank is None else next_world_rank
 
     # --- failures ------------------------------------------------------------------------------
     def _is_process_failure(self, error: BaseException) -> bool:
@@ -157,7 +174,7 @@ class ElasticMpiTransport(MpiTransport):
             survivors = comm.Shrink()
             survivors.Set_errhandler(MPI.ERRORS_RETURN)
             try:
-                members = survivors.allgather((self.world_ranks[self.rank], self.hosts[self.rank]))
+                members = survivors.allgather(self.members[self.rank])
                 break
             except MPI.Exception as error:  # another member died since the shrink: shrink again
                 if error.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED):
@@ -168,7 +185,9 @@ class ElasticMpiTransport(MpiTransport):
                     pass
                 comm = survivors  # left unfreed: freeing a revoked communicator is not needed to go on
         self.close()
-        return ElasticMpiTransport(survivors, members, self.next_world_rank)
+        smaller = ElasticMpiTransport(survivors, members, self.next_world_rank)
+        smaller.survived_loss = True
+        return smaller
 
     def grow(self, placement: list[tuple[str, int]], command: list[str], workdir: str) -> "ElasticMpiTransport":
         """The group with new processes: ``count`` of ``command`` (argv, the interpreter first) on
@@ -184,7 +203,8 @@ class ElasticMpiTransport(MpiTransport):
         for host, world in zip(placed, new_ranks):
             info = MPI.Info.Create()
             # A host of the group is in mpirun's allocation; another must be added to it.
-            info.Set("host" if host in self.hosts else "add-host", host)
+            known = host.split(".", 1)[0] in {h.split(".", 1)[0] for h in self.hosts}
+            info.Set("host" if known else "add-host", host)
             info.Set("wdir", workdir)
             info.Set("PMIX_ENVAR", f"{JOINED_RANK_ENV}={world}")
             infos.append(info)
@@ -202,11 +222,12 @@ class ElasticMpiTransport(MpiTransport):
                 info.Free()
         _SPAWN_LINKS.append(spawned)
         merged = spawned.Merge(high=False)
-        members = list(zip(self.world_ranks, self.hosts)) + list(zip(new_ranks, placed))
-        next_world_rank = self.next_world_rank + total
         merged.Set_errhandler(MPI.ERRORS_RETURN)
-        merged.bcast((members, next_world_rank), root=0)
-        return ElasticMpiTransport(merged, members, next_world_rank)
+        members = merged.allgather(self.members[self.rank])
+        next_world_rank, survived_loss = merged.bcast((self.next_world_rank + total, self.survived_loss), root=0)
+        bigger = ElasticMpiTransport(merged, members, next_world_rank)
+        bigger.survived_loss = survived_loss
+        return bigger
 
     @classmethod
     def join(cls) -> "ElasticMpiTransport | None":
@@ -219,16 +240,29 @@ class ElasticMpiTransport(MpiTransport):
         _SPAWN_LINKS.append(parent)
         merged = parent.Merge(high=True)
         merged.Set_errhandler(MPI.ERRORS_RETURN)
-        members, next_world_rank = merged.bcast(None, root=0)
-        # The members and ranks as the group computed them: this process's own spawn environment
-        # names its world rank, and this rank in the merged group must be that member.
-        own = int(os.environ.get(JOINED_RANK_ENV, "-1"))
-        placed = members[merged.Get_rank()][0]
-        if own >= 0 and own != placed:
-            log.warning("joined as world rank %d, announced as %d", placed, own)
+        # This process's world rank is the one its spawn environment names (grow numbers them in
+        # the order they are merged in).
+        members = merged.allgather(member(int(os.environ[JOINED_RANK_ENV])))
+        next_world_rank, survived_loss = merged.bcast(None, root=0)
         transport = cls(merged, members, next_world_rank)
         transport.joined = True
+        transport.survived_loss = survived_loss
         return transport
+
+    def fence(self, lost_world_ranks: list[int]):
+        """Ends (SIGKILL) the processes of ``lost_world_ranks`` that run on this host and are still
+        there: a rank the others declared lost because it stopped answering (frozen, its network
+        cut) must not come back into a group that went on without it, and mpirun waits for every
+        process before it ends. Ranks on other hosts are out of reach from here."""
+        here = self.hosts[self.rank]
+        for world, host, pid, started in self.members:
+            if world in lost_world_ranks and host == here and started is not None and _started(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    log.warning("rank %d: ended world rank %d (pid %d on this host), lost to the group but still "
+                                "running", self.rank, world, pid)
+                except OSError:
+                    pass
 
     # --- the collectives, each reporting a lost rank as RankLostError ------------------------------
     allreduce = _guarded(MpiTransport.allreduce)
@@ -277,6 +311,23 @@ class ElasticMpiTransport(MpiTransport):
 
     def __repr__(self):
         return f"<{self.name} transport rank {self.rank} of {self.size}, world ranks {self.world_ranks}>"
+
+
+def member(world_rank: int) -> tuple:
+    """What the group knows of a member: (world rank, host, pid, start time of the process in clock
+    ticks since boot, None where /proc does not say)."""
+    MPI = import_mpi()
+    return world_rank, MPI.Get_processor_name(), os.getpid(), _started(os.getpid())
+
+
+def _started(pid: int):
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat): with the pid, names one
+    process, not a later one given the same pid. None if it is gone or /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _is_revoked(MPI, comm) -> bool:

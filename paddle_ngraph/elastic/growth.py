@@ -57,6 +57,11 @@ def parse_hosts(text: str, source: str) -> list[tuple[str, int]]:
     return list(hosts.items())
 
 
+def short_host_name(host: str) -> str:
+    """A host name's first label ("node-a" of "node-a.svc.cluster.local"); an address as it is."""
+    return host if host.replace(".", "").isdigit() else host.split(".", 1)[0]
+
+
 class Growth:
     """What ``elastic.run(max_ranks=..., discovery=...)`` asks for, and its checks after commits."""
 
@@ -102,10 +107,13 @@ class Growth:
             return []
         here = transport.hosts[transport.rank]
         local = {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
+        # MPI_Get_processor_name gives a pod's or node's short name where discovery and mpirun's
+        # hostfile may give the full one: hosts are told apart by their first label.
+        running = [short_host_name(h) for h in transport.hosts]
         room, placement = self.max_ranks - transport.size, []
         for host, slots in hosts:
             name = here if host in local else host
-            free = slots - transport.hosts.count(name)
+            free = slots - running.count(short_host_name(name))
             if free > 0 and room > 0:
                 placement.append((name, min(free, room)))
                 room -= placement[-1][1]

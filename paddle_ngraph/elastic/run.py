@@ -32,6 +32,7 @@ import os
 import sys
 
 from ..distributed import detect_launcher
+from ..distributed.elastic_mpi import HEARTBEAT_OPTIONS, heartbeat_detector_enabled
 from ..errors import ConfigError, RankLostError, TooFewRanksError
 from .group import replace_group, start_group
 from .growth import GroupGrew, Growth
@@ -68,8 +69,12 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
             _without_elastic_group(growth)
             return func(state, *args, **kwargs)
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
+        if transport.rank == 0 and not transport.joined and not heartbeat_detector_enabled():
+            log.warning("elastic.run: a rank that stops answering without dying (a frozen process) is not "
+                        "detected: the others wait for it. Start mpirun with ULFM's heartbeat detector: %s",
+                        HEARTBEAT_OPTIONS)
         if transport.joined:
-            _arm_exit()
+            _arm_exit(lost=transport.survived_loss)  # the group's survivors of a loss end without finalize
             log.warning("world rank %d joined as rank %d of %d (world ranks %s) at commit %d",
                         transport.world_ranks[transport.rank], transport.rank, transport.size,
                         transport.world_ranks, state.commits)
@@ -127,6 +132,7 @@ def _recover(transport, state, min_ranks: int):
     while True:
         survivors = transport.shrink()
         replace_group(survivors)
+        transport.fence(sorted(set(transport.world_ranks) - set(survivors.world_ranks)))
         try:
             _restore(survivors, state, min_ranks, sorted(set(before) - set(survivors.world_ranks)), lost)
             return survivors

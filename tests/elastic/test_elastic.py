@@ -21,6 +21,9 @@ from ranks import run_ranks
 pytestmark = pytest.mark.distributed
 
 ULFM = ("--with-ft", "ulfm")
+# ULFM's heartbeat detector, as docs/elastic.md recommends: a rank that stops answering is lost.
+HEARTBEAT = tuple(__import__("paddle_ngraph.distributed.elastic_mpi", fromlist=["HEARTBEAT_OPTIONS"])
+                  .HEARTBEAT_OPTIONS.split())
 STEPS = 8
 COMMIT_EVERY = 2
 KILL_STEP = 5          # the killed rank dies before its step 5: the last commit is after step 4
@@ -68,7 +71,7 @@ def _world() -> int:
 
 
 def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None,
-                    state=None, **growth):
+                    state=None, freeze: bool = False, **growth):
     import paddle
 
     import paddle_ngraph
@@ -97,7 +100,7 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
               f"kept: {GLOBAL_BATCH // size} rows per rank", flush=True)
         while state.step < stop_at:
             if kill_at is not None and world == KILLED_WORLD_RANK and state.step == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGSTOP if freeze else signal.SIGKILL)
             x, y = _batch(state.step, rank, size)
             loss = ((model(paddle.to_tensor(x)) - paddle.to_tensor(y)) ** 2).mean()
             loss.backward()
@@ -110,11 +113,11 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
     return train, groups
 
 
-def elastic_job(checkpoint_dir, min_ranks):
-    """Three ranks; world rank 1 dies at step KILL_STEP."""
+def elastic_job(checkpoint_dir, min_ranks, freeze=False):
+    """Three ranks; world rank 1 dies at step KILL_STEP (or freezes: SIGSTOP)."""
     world = int(os.environ["OMPI_COMM_WORLD_RANK"])
     state = _state(checkpoint_dir, seed=world)
-    train, groups = _train_function(STEPS, KILL_STEP, min_ranks)
+    train, groups = _train_function(STEPS, KILL_STEP, min_ranks, freeze=freeze)
     train(state)
     return {"params": _params(state), "groups": groups, "step": state.step}
 
@@ -175,8 +178,13 @@ def _assert_bitwise(got: dict, want: dict, what: str):
             f"{what}: parameter {name} differs by up to {np.abs(got[name] - want[name]).max()}"
 
 
-def test_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, tmp_path):
-    run = run_ranks(elastic_job, 3, str(tmp_path), 2, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, tmp_path, how):
+    """Killed: SIGKILL. Frozen: SIGSTOP, alive but silent, found by ULFM's heartbeat detector; a
+    survivor on its host ends it (else mpirun would wait for it at the end)."""
+    frozen = how == "frozen"
+    run = run_ranks(elastic_job, 3, str(tmp_path), 2, frozen, launcher_args=ULFM + (HEARTBEAT if frozen else ()),
+                    timeout=TIMEOUT, check=False)
     survivors = [r for r in range(3) if r != KILLED_WORLD_RANK]
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     for world in survivors:
@@ -188,6 +196,8 @@ def test_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, tmp_
         assert result["groups"] == [(3, 0), (2, COMMITTED)], run.report("groups")
         assert "lost world rank(s) [1]" in run.rank_stderr[world], run.report("no recovery message")
         _assert_bitwise(result["params"], reference[1].results[0]["params"], f"world rank {world}")
+    if frozen:
+        assert "ended world rank 1 (pid" in run.rank_stderr[0] + run.rank_stderr[2], run.report("not fenced")
     # The reference's two phases really ran on 3 and 2 ranks, and its ranks agree.
     assert reference[1].results[0]["groups"] == [(2, COMMITTED)]
     _assert_bitwise(reference[1].results[1]["params"], reference[1].results[0]["params"], "reference rank 1")

@@ -74,3 +74,9 @@ def test_run_wants_max_ranks_and_discovery_together():
         run(lambda state: None, max_ranks=3)
     with pytest.raises(ConfigError, match="max_ranks=1 is below min_ranks=2"):
         run(lambda state: None, min_ranks=2, max_ranks=1, discovery="discover.sh")
+
+
+def test_placement_matches_full_and_short_host_names():
+    """MPI_Get_processor_name says "worker-0" where discovery lists the pod's full DNS name."""
+    growth = Growth(4, lambda: ["worker-0.job.default.svc:2", "worker-1.job.default.svc:2"], interval=0)
+    assert growth.placement(_group(["worker-0", "worker-0", "worker-1"])) == [("worker-1.job.default.svc", 1)]
