@@ -29,6 +29,10 @@ MPIJob: the workers start (sshd), the readiness probe of the manifest is run aga
 launcherCreationPolicy WaitForWorkersReady the launcher is created once all are Ready, as the
 operator does (--late-worker I:S starts worker I's container S seconds late, as a slow image pull
 would). Then the launcher's exit code is the job's; cleanPodPolicy Running ends the workers.
+With --kill-worker I:STEP (an elastic MPIJob), once rank 0 logs STEP every process of worker I's pod
+(--kill pod), its ranks (--kill ranks) or one rank (--kill rank:R) get SIGKILL; the kubelets keep
+probing, every pod's DNS view follows readiness, and a container that exited is restarted or not
+per the Worker restartPolicy (also when the launcher's mpirun has --with-ft: probing and DNS).
 PaddleJob: all pods start at once (--late-worker 0:S delays the rendezvous host: the others wait);
 the job succeeds when every pod does. Pod logs go to stdout, each line prefixed with [pod-name];
 the rehearsal's own lines go to stderr, prefixed with [k8s_rehearsal] and the time since start.
@@ -449,6 +453,17 @@ class Kubelet(threading.Thread):
         if changed:
             self.dns_changed()
 
+    def settle(self, timeout: float):
+        """Waits (at most ``timeout`` s) until the restarts already due have happened and the
+        restarted pods are Ready: a kubelet restarts a container whatever became of the job."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            due = [p for p in self.workers if p.proc.poll() is not None and p.proc.returncode != 0
+                   and self.restart_policy in ("OnFailure", "Always")]
+            if not due and all(p.ready for p in self.workers if p.restarts):
+                return
+            time.sleep(0.2)
+
     def stop(self):
         """Stops probing and restarting; what exited by now is still reported."""
         self.stopping.set()
@@ -561,9 +576,10 @@ def run_mpijob(args, manifest: dict) -> int:
             time.sleep(0.05)
         if code != 124:
             code = launcher.wait(timeout=10)
-        if kubelet:
-            kubelet.stop()
         log(f"launcher exited with {code}: MPIJob {'Succeeded' if code == 0 else 'Failed'}")
+        if kubelet:
+            kubelet.settle(timeout=args.restart_delay + 15)
+            kubelet.stop()
         clean = spec.get("runPolicy", {}).get("cleanPodPolicy", "None")
         if clean in ("Running", "All"):
             log(f"cleanPodPolicy {clean}: deleting the workers")

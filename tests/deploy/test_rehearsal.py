@@ -258,7 +258,9 @@ def test_elastic_mpijob_finishes_on_the_survivors_when_a_workers_ranks_are_kille
     assert "[world 0] rank 0 of 2 from step 0" in out and "[world 1] rank 1 of 2 from step 0" in out
     assert "lost world rank(s) [1]" in out, out[-3000:]
     resumed = [int(s) for s in re.findall(r"\[world 0\] rank 0 of 1 from step (\d+)", out)]
-    assert len(resumed) == 1 and 0 < resumed[0] <= KILL_AT and resumed[0] % 2 == 0, resumed  # a commit
+    # Rank 0 logs step KILL_AT after the commit that ends step KILL_AT - 1 (every 2 steps): the survivor
+    # resumes from that one, or a later one if the kill came late.
+    assert len(resumed) == 1 and KILL_AT <= resumed[0] < ELASTIC_STEPS and resumed[0] % 2 == 0, resumed
     finals = re.findall(r"\[world (\d+)\] final step (\d+) parameters sha256 (\w+)", out)
     assert [(w, int(s)) for w, s, _ in finals] == [("0", ELASTIC_STEPS)], finals  # world 1 died
     losses = {int(s): float(v) for s, v in re.findall(r"\[rank 0\] step (\d+) loss (\S+) \(1 rank", out)}
@@ -268,11 +270,18 @@ def test_elastic_mpijob_finishes_on_the_survivors_when_a_workers_ranks_are_kille
 
 
 @pytest.mark.distributed
-def test_elastic_mpijob_a_worker_pod_killed_ends_the_job(tmp_path):
+@pytest.mark.parametrize("restart_policy", ["Never", "OnFailure"])
+def test_elastic_mpijob_a_worker_pod_killed_ends_the_job(tmp_path, restart_policy):
     """Every process of worker 1's pod SIGKILLed (sshd, prted, its rank: a lost node, an evicted pod):
-    Open MPI 5.0's launcher ends every rank, fault tolerance or not; with restartPolicy Never the pod
-    stays Failed."""
-    run = rehearse("mpijob", "--manifest", elastic_manifest(tmp_path), *THREADS,
+    Open MPI 5.0's launcher ends every rank, fault tolerance or not. With the manifest's
+    restartPolicy Never the pod stays Failed; with OnFailure the kubelet restarts its container in
+    the same pod and it is Ready again, after the job has ended."""
+    path = elastic_manifest(tmp_path)
+    with open(path) as f:
+        m = yaml.safe_load(f)
+    assert m["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] == "Never"
+    m["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = restart_policy
+    run = rehearse("mpijob", "--manifest", write_manifest(tmp_path, m), *THREADS,
                    "--kill-worker", f"1:{KILL_AT}", timeout=200)
     evs = events(run.stderr)
     killed = when(evs, "killed every process of pod mnist-elastic-worker-1 (SIGKILL): ")
@@ -286,5 +295,13 @@ def test_elastic_mpijob_a_worker_pod_killed_ends_the_job(tmp_path):
             or "A daemon failed to report back" in run.stdout), run.stdout[-3000:]
     assert "final step" not in run.stdout  # no rank finished: the survivor was ended too
     assert "lost world rank(s)" not in run.stdout
-    assert "container of pod mnist-elastic-worker-1 exited with 137; restartPolicy Never: not restarted, " \
-           "the pod is Failed" in evs, evs
+    exited = "container of pod mnist-elastic-worker-1 exited with 137; restartPolicy "
+    if restart_policy == "Never":
+        assert exited + "Never: not restarted, the pod is Failed" in evs, evs
+        assert not any(e.startswith("pod mnist-elastic-worker-1: container restarted") for e in evs)
+    else:
+        assert exited + "OnFailure: restarted" in evs, evs
+        restarted = when(evs, "pod mnist-elastic-worker-1: container restarted (restart 1)")
+        ready_again = when(evs, "pod mnist-elastic-worker-1 Ready")  # the last time it became Ready
+        assert ended <= restarted < ready_again, (ended, restarted, ready_again)
+        assert "worker mnist-elastic-worker-1: 1 ssh login(s) accepted, 1 container restart(s)" in evs, evs
