@@ -290,7 +290,8 @@ def check_paddlejob(m: dict) -> list[str]:
 def main(argv=None) -> int:
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        paths = [os.path.join(ROOT, "deploy", "k8s", n) for n in ("mpijob.yaml", "mpijob-elastic.yaml", "paddlejob.yaml")]
+        paths = [os.path.join(ROOT, "deploy", "k8s", n)
+                 for n in ("mpijob.yaml", "mpijob-elastic.yaml", "paddlejob.yaml")]
     bad = 0
     for path in paths:
         errors = check(load(path))

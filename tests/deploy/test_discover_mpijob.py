@@ -25,8 +25,9 @@ def test_lists_the_workers_that_answer_in_the_hostfiles_order(tmp_path):
         assert found == ["localhost:2", "127.0.0.1:1"]
         assert parse_hosts("\n".join(found), "test") == [("localhost", 2), ("127.0.0.1", 1)]  # elastic.run reads it
         assert discover(str(hostfile), closed.getsockname()[1], timeout=0.5) == []
-        out = subprocess.run([sys.executable, "-m", "paddle_ngraph.elastic.discover_mpijob", "--hostfile", str(hostfile),
-                              "--port", str(port), "--timeout", "0.5"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-m", "paddle_ngraph.elastic.discover_mpijob", "--hostfile",
+                              str(hostfile), "--port", str(port), "--timeout", "0.5"], capture_output=True, text=True,
+                             timeout=60)
         assert out.returncode == 0 and out.stdout.split() == ["localhost:2", "127.0.0.1:1"], out.stderr
     finally:
         listening.close()
