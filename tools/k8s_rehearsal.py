@@ -29,6 +29,10 @@ MPIJob: the workers start (sshd), the readiness probe of the manifest is run aga
 launcherCreationPolicy WaitForWorkersReady the launcher is created once all are Ready, as the
 operator does (--late-worker I:S starts worker I's container S seconds late, as a slow image pull
 would). Then the launcher's exit code is the job's; cleanPodPolicy Running ends the workers.
+With --kill-worker I:STEP (an elastic MPIJob), once rank 0 logs STEP every process of worker I's pod
+(--kill pod), its ranks (--kill ranks) or one rank (--kill rank:R) get SIGKILL; the kubelets keep
+probing, every pod's DNS view follows readiness, and a container that exited is restarted or not
+per the Worker restartPolicy (also when the launcher's mpirun has --with-ft: probing and DNS).
 PaddleJob: all pods start at once (--late-worker 0:S delays the rendezvous host: the others wait);
 the job succeeds when every pod does. Pod logs go to stdout, each line prefixed with [pod-name];
 the rehearsal's own lines go to stderr, prefixed with [k8s_rehearsal] and the time since start.
@@ -123,6 +127,9 @@ class Pod:
         self.lines: list[str] = []
         self.reader: threading.Thread | None = None
         self.ready_at: float | None = None
+        self.ready = False  # the readiness probe's last answer (the kubelet thread's view)
+        self.restarts = 0
+        self.secret: str | None = None
 
     def fqdns(self) -> list[str]:
         """The names the cluster's DNS gives this pod (its hostname and subdomain: the headless
@@ -139,10 +146,9 @@ class Pod:
         etc = os.path.join(self.dir, "etc")
         os.makedirs(os.path.join(etc, "ssh", "ssh_config.d"))
         os.makedirs(os.path.join(self.dir, "etc.work"))
-        # A kubelet writes the pod's own names; the cluster's DNS answers for the others.
-        own = f"{self.address}\t{self.fqdns()[0]} {self.hostname}"
-        others = [f"{p.address}\t{' '.join(p.fqdns())}" for p in dns if p is not self]
-        write(os.path.join(etc, "hosts"), "\n".join(["127.0.0.1\tlocalhost", own, *others]) + "\n")
+        # The pod's own names (the kubelet's line, and what the cluster's DNS answers for it), then
+        # those the DNS answers for the other pods.
+        write(os.path.join(etc, "hosts"), self.hosts_text(dns))
         # The image has mpiuser as uid 1000; this machine may have someone else there.
         for table, entry in (("passwd", f"{USER}:x:{UID}:{UID}::{HOME}:/bin/sh"), ("group", f"{USER}:x:{UID}:")):
             with open(f"/etc/{table}") as f:
@@ -210,6 +216,7 @@ class Pod:
         return "\n".join(lines)
 
     def start(self, secret: str | None):
+        self.secret = secret
         script = self.setup_script(secret)
         cmd = ["ip", "netns", "exec", self.namespace, "unshare", "--mount", "--uts", "--propagation", "private",
                "sh", "-c", script]
@@ -231,6 +238,26 @@ class Pod:
         probe = subprocess.run(["ip", "netns", "exec", self.namespace, "bash", "-c",
                                 f"exec 3<>/dev/tcp/{self.address}/{port}"], capture_output=True)
         return probe.returncode == 0
+
+    def restart(self):
+        """The kubelet restarts the pod's container: same network namespace (address, name), a new
+        mount namespace (the container's own file system starts afresh), the same volumes."""
+        self.restarts += 1
+        self.start_delay = 0.0
+        if self.reader:
+            self.reader.join(timeout=2)
+        self.start(self.secret)
+
+    def hosts_text(self, dns: list["Pod"]) -> str:
+        own = f"{self.address}\t{' '.join(self.fqdns())} {self.hostname}"
+        others = [f"{p.address}\t{' '.join(p.fqdns())}" for p in dns if p is not self]
+        return "\n".join(["127.0.0.1\tlocalhost", own, *others]) + "\n"
+
+    def update_dns(self, dns: list["Pod"]):
+        """What the cluster's DNS answers now: rewritten in place in the /etc overlay's upper layer,
+        which the running container sees."""
+        with open(os.path.join(self.dir, "etc", "hosts"), "w") as f:
+            f.write(self.hosts_text(dns))
 
     def wait(self, timeout: float | None = None) -> int:
         code = self.proc.wait(timeout=timeout)
@@ -348,12 +375,135 @@ def late_workers(args) -> dict[int, float]:
     return late
 
 
+def configmap_files(template: dict, configmap: str, data: dict[str, str]) -> dict[str, str]:
+    """The files a pod template's volumes of ConfigMap ``configmap`` put under /etc ({path below /etc:
+    text}), as the kubelet mounts them (``items``: those keys at those paths; else every key)."""
+    mounts = {m["name"]: m["mountPath"] for c in template["spec"]["containers"] for m in c.get("volumeMounts", [])}
+    files = {}
+    for volume in template["spec"].get("volumes", []):
+        source = volume.get("configMap", {})
+        if source.get("name") != configmap or volume["name"] not in mounts:
+            continue
+        where = mounts[volume["name"]]
+        if not where.startswith("/etc/"):
+            raise Failure(f"volume {volume['name']}: only mounts under /etc are rehearsed, not {where}")
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            if item["key"] not in data:
+                raise Failure(f"volume {volume['name']}: ConfigMap {configmap} has no key {item['key']!r}")
+            files[os.path.join(where[len("/etc/"):], item["path"])] = data[item["key"]]
+    return files
+
+
+class Kubelet(threading.Thread):
+    """The workers' kubelets while the job runs: the readiness probe every periodSeconds (a pod's DNS
+    name is in every pod's view only while it is Ready: the headless Service's records), and a
+    container that exited restarted per the replica's restartPolicy (OnFailure: when its code is not
+    0, after ``restart_delay`` s, the kubelet's first back-off being short)."""
+
+    def __init__(self, workers: list[Pod], everyone: list[Pod], probe: dict, port: int, restart_policy: str,
+                 restart_delay: float):
+        super().__init__(daemon=True)
+        self.workers, self.everyone, self.port = workers, everyone, port
+        self.period = float(probe.get("periodSeconds", 10))
+        self.restart_policy, self.restart_delay = restart_policy, restart_delay
+        self.stopping = threading.Event()
+        self.exited: dict[str, float] = {}
+
+    def dns_changed(self):
+        ready = [p for p in self.workers if p.ready]
+        for pod in self.everyone:
+            if pod.proc is not None:
+                pod.update_dns(ready + [pod])
+
+    def run(self):
+        while not self.stopping.is_set():
+            self.sync(restart=True)
+            self.stopping.wait(min(self.period, 1.0))
+
+    def sync(self, restart: bool):
+        """One round of the kubelets: containers that exited (restarted if due and ``restart``),
+        then the readiness probes; every pod's DNS view follows."""
+        changed = False
+        for pod in self.workers:
+            code = pod.proc.poll()
+            if code is not None:
+                status = 128 - code if code < 0 else code
+                if pod.ready:
+                    pod.ready, changed = False, True
+                    log(f"pod {pod.name} not Ready (its container exited with {status}): its DNS name no "
+                        f"longer resolves")
+                due = self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and status != 0)
+                if pod.name not in self.exited:
+                    self.exited[pod.name] = time.time()
+                    log(f"container of pod {pod.name} exited with {status}; restartPolicy {self.restart_policy}: "
+                        + ("restarted" if due else "not restarted, the pod is " + ("Failed" if status else
+                                                                                 "Succeeded")))
+                if due and restart and time.time() - self.exited[pod.name] >= self.restart_delay:
+                    del self.exited[pod.name]
+                    pod.restart()
+                    log(f"pod {pod.name}: container restarted (restart {pod.restarts})")
+                continue
+            ok = pod.probe_tcp(self.port)
+            if ok != pod.ready:
+                pod.ready, changed = ok, True
+                log(f"pod {pod.name} " + (f"Ready (tcpSocket {self.port} accepts): its DNS name resolves from now on"
+                                          if ok else f"not Ready (tcpSocket {self.port} refused): its DNS name "
+                                          f"no longer resolves"))
+        if changed:
+            self.dns_changed()
+
+    def settle(self, timeout: float):
+        """Waits (at most ``timeout`` s) until the restarts already due have happened and the
+        restarted pods are Ready: a kubelet restarts a container whatever became of the job."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            due = [p for p in self.workers if p.proc.poll() is not None and p.proc.returncode != 0
+                   and self.restart_policy in ("OnFailure", "Always")]
+            if not due and all(p.ready for p in self.workers if p.restarts):
+                return
+            time.sleep(0.2)
+
+    def stop(self):
+        """Stops probing and restarting; what exited by now is still reported."""
+        self.stopping.set()
+        self.join(timeout=30)
+        self.sync(restart=False)
+
+
+def kill_pod(pod: Pod, only: str | None = None) -> list[str]:
+    """SIGKILL to every process of the pod (its network namespace): the container and what sshd
+    started in it (prted, the ranks), as a lost node or an evicted pod; with ``only``, to the
+    processes of that name (``python``: the ranks, as the OOM killer picks the largest process)."""
+    names = []
+    for pid in namespace_pids(pod.namespace):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            if only and only.startswith("rank:"):  # one rank, by mpirun's number
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+                if f"OMPI_COMM_WORLD_RANK={only[5:]}".encode() not in environ or not name.startswith("python"):
+                    continue
+            elif only and not name.startswith(only):
+                continue
+            os.kill(pid, signal.SIGKILL)
+            names.append(name)
+        except (OSError, ProcessLookupError):
+            pass
+    return names
+
+
 def run_mpijob(args, manifest: dict) -> int:
     spec = manifest["spec"]
     launcher_spec, worker_spec = spec["mpiReplicaSpecs"]["Launcher"], spec["mpiReplicaSpecs"]["Worker"]
     workers, slots = int(worker_spec["replicas"]), int(spec.get("slotsPerWorker", 1))
     policy = args.launcher_creation or spec.get("launcherCreationPolicy", "AtStartup")
     late = late_workers(args)
+    kill = None
+    if args.kill_worker:
+        index, _, step = args.kill_worker.partition(":")
+        kill = (int(index), int(step))
     with Rehearsal(args, manifest, workers + 1) as r:
         job = r.job
         secret = r.generate_ssh_secret()
@@ -364,14 +514,19 @@ def run_mpijob(args, manifest: dict) -> int:
                        HOSTNAME=f"{job}-worker-{i}")
             r.pods.append(Pod(r, i + 1, f"{job}-worker-{i}", f"{job}-worker-{i}", service, command_of(wcontainer),
                               env, "worker", late.get(i, 0.0)))
+        # The operator's ConfigMap <job>-config: the hostfile, and the workers Running so far.
+        hostfile = "".join(f"{p.fqdns()[1]} slots={slots}\n" for p in r.pods)
+        config = {"hostfile": hostfile,
+                  "discover_hosts.sh": "#!/bin/sh\n" + "".join(f"echo {p.fqdns()[1]}\n" for p in r.pods)}
+        worker_files = configmap_files(worker_spec["template"], f"{job}-config", config)
+        if worker_files:
+            log(f"workers mount ConfigMap {job}-config: " + ", ".join(f"/etc/{f}" for f in worker_files))
         for pod in r.pods:
-            pod.write_files([pod], {})
+            pod.write_files([pod], worker_files)
             pod.start(secret)
         probe = wcontainer.get("readinessProbe", {})
         port = int(probe.get("tcpSocket", {}).get("port", 0)) if probe else 0
         ready = wait_ready(r.pods, probe, port, wait_all=(policy == "WaitForWorkersReady"), timeout=args.timeout)
-        hostfile = "".join(f"{p.fqdns()[1]} slots={slots}\n" for p in r.pods)
-        discover = "#!/bin/sh\n" + "".join(f"echo {p.fqdns()[1]}\n" for p in ready)
         lcontainer = launcher_spec["template"]["spec"]["containers"][0]
         operator_env = {  # what the operator adds to the launcher's container (Open MPI)
             "K_MPI_JOB_ROLE": "launcher",
@@ -385,23 +540,54 @@ def run_mpijob(args, manifest: dict) -> int:
         launcher = Pod(r, workers + 1, f"{job}-launcher", f"{job}-launcher", service, command_of(lcontainer),
                        env, "launcher")
         r.pods.append(launcher)
-        launcher.write_files(ready + [launcher], {"mpi/hostfile": hostfile, "mpi/discover_hosts.sh": discover})
+        launcher.write_files(ready + [launcher], {"mpi/hostfile": config["hostfile"],
+                                                  "mpi/discover_hosts.sh": config["discover_hosts.sh"]})
         log(f"launcher created ({policy}; {len(ready)}/{workers} workers Ready); /etc/mpi/hostfile: "
             + "; ".join(hostfile.strip().splitlines()))
+        kubelet = None
+        if kill or "--with-ft" in command_of(lcontainer):
+            # From here on the kubelets keep probing, and every pod's DNS view follows readiness (an
+            # elastic job's ranks look their peers up while it runs).
+            for pod in r.pods[:workers]:
+                pod.ready = pod.ready_at is not None
+            kubelet = Kubelet(r.pods[:workers], r.pods, probe, port, worker_spec.get("restartPolicy", "Never"),
+                              args.restart_delay)
+            kubelet.dns_changed()
         launcher.start(secret)
-        try:
-            code = launcher.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            log(f"launcher still running after {args.timeout:g} s: stopped")
-            code = 124
+        if kubelet:
+            kubelet.start()
+        deadline = time.time() + args.timeout
+        code = None
+        killed = False
+        while code is None:
+            code = launcher.proc.poll()
+            if code is not None:
+                break
+            if time.time() > deadline:
+                log(f"launcher still running after {args.timeout:g} s: stopped")
+                code = 124
+                break
+            if kill and not killed and any(f"[rank 0] step {kill[1]} " in line for line in launcher.lines):
+                victim = r.pods[kill[0]]
+                names = kill_pod(victim, {"pod": None, "ranks": "python"}.get(args.kill, args.kill))
+                killed = True
+                what = {"pod": "every process", "ranks": "the ranks"}.get(args.kill, f"world {args.kill}")
+                log(f"killed {what} of pod {victim.name} (SIGKILL): {', '.join(names)}")
+            time.sleep(0.05)
+        if code != 124:
+            code = launcher.wait(timeout=10)
         log(f"launcher exited with {code}: MPIJob {'Succeeded' if code == 0 else 'Failed'}")
+        if kubelet:
+            kubelet.settle(timeout=args.restart_delay + 15)
+            kubelet.stop()
         clean = spec.get("runPolicy", {}).get("cleanPodPolicy", "None")
         if clean in ("Running", "All"):
             log(f"cleanPodPolicy {clean}: deleting the workers")
         for pod in r.pods[:workers]:
             pod.stop()
             logins = sum("Accepted publickey for" in line for line in pod.lines)
-            log(f"worker {pod.name}: {logins} ssh login(s) accepted")
+            log(f"worker {pod.name}: {logins} ssh login(s) accepted"
+                + (f", {pod.restarts} container restart(s)" if pod.restarts else ""))
         return code
 
 
@@ -485,6 +671,14 @@ def parse(argv):
                    help="worker I's container starts SECONDS late")
     p.add_argument("--launcher-creation", choices=["AtStartup", "WaitForWorkersReady"],
                    help="replace the MPIJob's launcherCreationPolicy")
+    p.add_argument("--kill-worker", metavar="I:STEP",
+                   help="MPIJob: SIGKILL every process of worker I's pod once rank 0 logs step STEP; the "
+                        "kubelets then follow the worker replica's restartPolicy and readiness probe")
+    p.add_argument("--kill", default="pod", metavar="pod|ranks|rank:R",
+                   help="with --kill-worker: every process of the pod (sshd, prted, ranks: a lost node or "
+                        "evicted pod), only its ranks (an OOM kill), or only mpirun's rank R")
+    p.add_argument("--restart-delay", type=float, default=1.0,
+                   help="seconds before a kubelet restarts an exited container (with --kill-worker)")
     p.add_argument("--timeout", type=float, default=300, help="seconds before the job is stopped")
     p.add_argument("--cleanup", action="store_true", help="remove what a killed run left, then exit")
     args = p.parse_args(argv)

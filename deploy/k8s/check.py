@@ -8,9 +8,13 @@
   DNS-1035 job name, container and port names, required fields, allowed values;
 - what running paddle_ngraph's image needs (docs/KUBERNETES.md): for an MPIJob, Open MPI 5's
   hostfile variable, mpirun by the image's absolute path, -np = workers x slots, workers Ready by
-  sshd's port before the launcher starts; for both, the script exists and turns strategy.ngraph on.
+  sshd's port before the launcher starts; for both, the script exists and runs on paddle_ngraph
+  (strategy.ngraph on, or paddle_ngraph's DataParallel);
+- for an elastic MPIJob (a script under paddle_ngraph.elastic, or mpirun --with-ft): Open MPI's fault
+  tolerance on (`--with-ft ulfm`), the launcher never restarted, and no --max-ranks (ranks do not
+  join across pods with Open MPI 5.0: docs/KUBERNETES.md).
 
-    python deploy/k8s/check.py deploy/k8s/mpijob.yaml deploy/k8s/paddlejob.yaml
+    python deploy/k8s/check.py deploy/k8s/mpijob.yaml deploy/k8s/mpijob-elastic.yaml deploy/k8s/paddlejob.yaml
 
 Prints one line per problem and exits 1 if there is any.
 """
@@ -108,8 +112,22 @@ def env(container: dict) -> dict[str, str]:
     return {e["name"]: str(e.get("value", "")) for e in container.get("env", [])}
 
 
+def image_script(argv: list[str]) -> str | None:
+    """The text of the image's training script the command runs (from this checkout's examples/),
+    or None for the user's own script."""
+    scripts = [a for a in argv if a.endswith(".py")]
+    if not scripts or not scripts[0].startswith(f"{IMAGE}/examples/"):
+        return None
+    local = os.path.join(ROOT, "examples", scripts[0][len(f"{IMAGE}/examples/"):])
+    if not os.path.exists(local):
+        return None
+    with open(local) as f:
+        return f.read()
+
+
 def script_errors(argv: list[str], where: str) -> list[str]:
-    """The training script is the image's, and turns strategy.ngraph on."""
+    """The training script is the image's, and runs on paddle_ngraph (strategy.ngraph, or its
+    DataParallel in dygraph)."""
     scripts = [a for a in argv if a.endswith(".py")]
     if not scripts:
         return [f"{where}: no training script (*.py) in the command"]
@@ -120,8 +138,9 @@ def script_errors(argv: list[str], where: str) -> list[str]:
     if not os.path.exists(local):
         return [f"{where}: {script} is not in the image (no {os.path.relpath(local, ROOT)})"]
     with open(local) as f:
-        if "strategy.ngraph = True" not in f.read():
-            return [f"{where}: {script} does not set strategy.ngraph = True"]
+        text = f.read()
+    if "strategy.ngraph = True" not in text and "paddle_ngraph.DataParallel(" not in text:
+        return [f"{where}: {script} neither sets strategy.ngraph = True nor uses paddle_ngraph.DataParallel"]
     return []
 
 
@@ -206,6 +225,25 @@ def check_mpijob(m: dict) -> list[str]:
             errors.append(f"{role}: securityContext.runAsUser 1000 (the image's mpiuser owns the ssh setup)")
     if lc.get("image") != wc.get("image"):
         errors.append("launcher and workers must run the same image (same install path, same Open MPI)")
+    script = image_script(argv) or ""
+    if "elastic.run" in script or "--with-ft" in argv:
+        errors += elastic_errors(argv, launcher)
+    return errors
+
+
+def elastic_errors(argv: list[str], launcher: dict) -> list[str]:
+    """An elastic job (paddle_ngraph.elastic) under the MPI Operator."""
+    errors = []
+    ft = argv[argv.index("--with-ft") + 1] if "--with-ft" in argv[:-1] else None
+    if ft != "ulfm":
+        errors.append(f"launcher: mpirun --with-ft ulfm (Open MPI's fault tolerance; elastic.run refuses to start "
+                      f"without it), not --with-ft {ft}")
+    if launcher.get("restartPolicy") != "Never":
+        errors.append("spec.mpiReplicaSpecs[Launcher].restartPolicy: Never (a restarted launcher runs a new mpirun: "
+                      "the training from the start)")
+    if "--max-ranks" in argv:
+        errors.append("launcher: --max-ranks: ranks do not join across pods with Open MPI 5.0 (the spawned rank fails "
+                      "in MPI_Init and the job hangs: docs/KUBERNETES.md, \"The elastic MPIJob\")")
     return errors
 
 
@@ -252,7 +290,8 @@ def check_paddlejob(m: dict) -> list[str]:
 def main(argv=None) -> int:
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        paths = [os.path.join(ROOT, "deploy", "k8s", n) for n in ("mpijob.yaml", "paddlejob.yaml")]
+        paths = [os.path.join(ROOT, "deploy", "k8s", n)
+                 for n in ("mpijob.yaml", "mpijob-elastic.yaml", "paddlejob.yaml")]
     bad = 0
     for path in paths:
         errors = check(load(path))

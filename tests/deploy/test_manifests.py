@@ -16,6 +16,7 @@ spec.loader.exec_module(check)
 
 MPIJOB = check.load(os.path.join(ROOT, "deploy", "k8s", "mpijob.yaml"))
 PADDLEJOB = check.load(os.path.join(ROOT, "deploy", "k8s", "paddlejob.yaml"))
+ELASTIC = check.load(os.path.join(ROOT, "deploy", "k8s", "mpijob-elastic.yaml"))
 
 
 def launcher(m):
@@ -33,9 +34,10 @@ def paddle(m):
 def test_the_manifests_pass_every_check():
     assert check.check(MPIJOB) == []
     assert check.check(PADDLEJOB) == []
+    assert check.check(ELASTIC) == []
     out = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "k8s", "check.py")], capture_output=True,
                          text=True)
-    assert out.returncode == 0 and out.stdout.count(": ok") == 2, out.stdout + out.stderr
+    assert out.returncode == 0 and out.stdout.count(": ok") == 3, out.stdout + out.stderr
 
 
 def test_what_open_mpi_5_needs_is_in_the_mpijob():
@@ -82,6 +84,32 @@ def test_the_pod_templates_are_checked_against_kubernetes_schemas():
 ])
 def test_mpijob_rules(mutate, expected):
     m = copy.deepcopy(MPIJOB)
+    mutate(m)
+    errors = check.check(m)
+    assert any(expected in e for e in errors), errors
+
+
+def test_what_elastic_training_needs_is_in_the_elastic_mpijob():
+    """Checked from the file itself: fault tolerance on, the elastic example, the launcher never
+    restarted; and it differs from mpijob.yaml in nothing else that Open MPI 5 needs."""
+    argv = launcher(ELASTIC)["command"] + launcher(ELASTIC)["args"]
+    assert argv[argv.index("--with-ft") + 1] == "ulfm"
+    assert "/opt/paddle_ngraph/examples/elastic_mnist_mlp.py" in argv and "--max-ranks" not in argv
+    assert ELASTIC["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "Never"
+    assert launcher(ELASTIC)["env"] == launcher(MPIJOB)["env"]
+    assert worker(ELASTIC) == worker(MPIJOB)
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda m: launcher(m)["args"].__setitem__(launcher(m)["args"].index("--with-ft") + 1, "none"),
+     "--with-ft ulfm"),
+    (lambda m: [launcher(m)["args"].remove(a) for a in ("--with-ft", "ulfm")], "--with-ft ulfm"),
+    (lambda m: m["spec"]["mpiReplicaSpecs"]["Launcher"].update(restartPolicy="OnFailure"), "Launcher].restartPolicy"),
+    (lambda m: launcher(m)["args"].extend(["--max-ranks", "2", "--hostfile", "/etc/mpi/hostfile"]),
+     "ranks do not join across pods"),
+])
+def test_elastic_mpijob_rules(mutate, expected):
+    m = copy.deepcopy(ELASTIC)
     mutate(m)
     errors = check.check(m)
     assert any(expected in e for e in errors), errors

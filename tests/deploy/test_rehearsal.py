@@ -204,3 +204,104 @@ def test_a_killed_run_is_cleaned_up():
         assert cleaned.returncode == 0 and "pdk8s-h1" in cleaned.stderr, cleaned.stderr
     finally:
         subprocess.run(["ip", "netns", "del", "pdk8s-h1"], capture_output=True)
+
+
+# --- the elastic MPIJob (deploy/k8s/mpijob-elastic.yaml) ----------------------------------------
+
+ELASTIC_STEPS, KILL_AT = 24, 8
+
+
+def elastic_manifest(tmp_path) -> str:
+    """The elastic manifest with steps paced (0.25 s) so that the kill falls mid-run, every step logged."""
+    m = copy.deepcopy(manifest("mpijob-elastic.yaml"))
+    args = m["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--steps") + 1] = str(ELASTIC_STEPS)
+    args[args.index("--log-every") + 1] = "1"
+    args += ["--step-seconds", "0.25"]
+    return write_manifest(tmp_path, m)
+
+
+def elastic_reference(tmp_path, phases: list[tuple[int, int]]) -> str:
+    """examples/elastic_mnist_mlp.py as separate jobs of plain `mpirun --with-ft ulfm` on this machine:
+    ``phases`` [(ranks, until step), ...], each from the commit the one before wrote to disk. Returns
+    the last job's parameter digest (every rank's, checked equal)."""
+    ckpt = os.path.join(tmp_path, "reference")
+    mpirun = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    env = dict(os.environ, GLOG_minloglevel="2", PYTHONPATH=ROOT, PADDLE_NGRAPH_THREADS="1")
+    digests = []
+    for ranks, until in phases:
+        argv = [mpirun, "--with-ft", "ulfm", "--oversubscribe", "-np", str(ranks), "-x", "PADDLE_NGRAPH_THREADS",
+                "-x", "PYTHONPATH", "-x", "GLOG_minloglevel", sys.executable,
+                os.path.join(ROOT, "examples", "elastic_mnist_mlp.py"), "--steps", str(until), "--min-ranks", "1",
+                "--checkpoint-dir", ckpt, "--save-at", str(until)]
+        if os.geteuid() == 0:
+            argv.insert(1, "--allow-run-as-root")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        digests = re.findall(rf"final step {until} parameters sha256 (\w+)", proc.stdout)
+        assert len(digests) == ranks and len(set(digests)) == 1, proc.stdout[-2000:]
+    return digests[0]
+
+
+@pytest.mark.distributed
+def test_elastic_mpijob_finishes_on_the_survivors_when_a_workers_ranks_are_killed(tmp_path):
+    """Worker 1's ranks SIGKILLed mid-run (an OOM kill: its sshd and Open MPI daemon live on): rank 0
+    continues alone from the last commit, the job succeeds, and its parameters are bitwise those of a
+    2-rank job to that commit followed by a 1-rank job from it."""
+    run = rehearse("mpijob", "--manifest", elastic_manifest(tmp_path), *THREADS,
+                   "--kill-worker", f"1:{KILL_AT}", "--kill", "ranks", timeout=200)
+    evs = events(run.stderr)
+    assert "killed the ranks of pod mnist-elastic-worker-1 (SIGKILL): python" in evs, evs
+    assert run.returncode == 0 and "launcher exited with 0: MPIJob Succeeded" in evs, \
+        run.stdout[-3000:] + run.stderr[-3000:]
+    out = run.stdout
+    assert "[world 0] rank 0 of 2 from step 0" in out and "[world 1] rank 1 of 2 from step 0" in out
+    assert "lost world rank(s) [1]" in out, out[-3000:]
+    resumed = [int(s) for s in re.findall(r"\[world 0\] rank 0 of 1 from step (\d+)", out)]
+    # Rank 0 logs step KILL_AT after the commit that ends step KILL_AT - 1 (every 2 steps): the survivor
+    # resumes from that one, or a later one if the kill came late.
+    assert len(resumed) == 1 and KILL_AT <= resumed[0] < ELASTIC_STEPS and resumed[0] % 2 == 0, resumed
+    finals = re.findall(r"\[world (\d+)\] final step (\d+) parameters sha256 (\w+)", out)
+    assert [(w, int(s)) for w, s, _ in finals] == [("0", ELASTIC_STEPS)], finals  # world 1 died
+    losses = {int(s): float(v) for s, v in re.findall(r"\[rank 0\] step (\d+) loss (\S+) \(1 rank", out)}
+    assert losses[ELASTIC_STEPS - 1] < 0.5 * losses[resumed[0]], losses  # and it learned on one rank
+    reference = elastic_reference(tmp_path, [(2, resumed[0]), (1, ELASTIC_STEPS)])
+    assert finals[0][2] == reference
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("restart_policy", ["Never", "OnFailure"])
+def test_elastic_mpijob_a_worker_pod_killed_ends_the_job(tmp_path, restart_policy):
+    """Every process of worker 1's pod SIGKILLed (sshd, prted, its rank: a lost node, an evicted pod):
+    Open MPI 5.0's launcher ends every rank, fault tolerance or not. With the manifest's
+    restartPolicy Never the pod stays Failed; with OnFailure the kubelet restarts its container in
+    the same pod and it is Ready again, after the job has ended."""
+    path = elastic_manifest(tmp_path)
+    with open(path) as f:
+        m = yaml.safe_load(f)
+    assert m["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] == "Never"
+    m["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = restart_policy
+    run = rehearse("mpijob", "--manifest", write_manifest(tmp_path, m), *THREADS,
+                   "--kill-worker", f"1:{KILL_AT}", timeout=200)
+    evs = events(run.stderr)
+    killed = when(evs, "killed every process of pod mnist-elastic-worker-1 (SIGKILL): ")
+    killed_names = next(e for e in evs if e.startswith("killed every process")).split(": ", 1)[1].split(", ")
+    assert {"sshd", "prted", "python"} <= set(killed_names), killed_names
+    ended = when(evs, "launcher exited with ")
+    assert ended - killed < 10, (killed, ended)
+    # Which of the two reports comes first depends on whether the daemon's TCP link or its ssh
+    # session is seen to go first.
+    assert ("PRTE has lost communication with a remote daemon" in run.stdout
+            or "A daemon failed to report back" in run.stdout), run.stdout[-3000:]
+    assert "final step" not in run.stdout  # no rank finished: the survivor was ended too
+    assert "lost world rank(s)" not in run.stdout
+    exited = "container of pod mnist-elastic-worker-1 exited with 137; restartPolicy "
+    if restart_policy == "Never":
+        assert exited + "Never: not restarted, the pod is Failed" in evs, evs
+        assert not any(e.startswith("pod mnist-elastic-worker-1: container restarted") for e in evs)
+    else:
+        assert exited + "OnFailure: restarted" in evs, evs
+        restarted = when(evs, "pod mnist-elastic-worker-1: container restarted (restart 1)")
+        ready_again = when(evs, "pod mnist-elastic-worker-1 Ready")  # the last time it became Ready
+        assert ended <= restarted < ready_again, (ended, restarted, ready_again)
+        assert "worker mnist-elastic-worker-1: 1 ssh login(s) accepted, 1 container restart(s)" in evs, evs
