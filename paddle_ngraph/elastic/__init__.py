@@ -9,7 +9,8 @@ Needs ``mpirun --with-ft ulfm`` (docs/elastic.md).
 from ..errors import RankLostError, TooFewRanksError
 from .group import current_rank as rank
 from .group import current_size as size
+from .resize import accumulate_steps
 from .run import run
 from .state import State
 
-__all__ = ["State", "run", "rank", "size", "RankLostError", "TooFewRanksError"]
+__all__ = ["State", "run", "rank", "size", "accumulate_steps", "RankLostError", "TooFewRanksError"]

@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from ..errors import ConfigError
+
 MODEL_FILE = "model.pdparams"
 OPTIMIZER_FILE = "model.pdopt"
 
@@ -46,6 +48,11 @@ class LayerState:
         if self.optimizer is not None and snapshot["optimizer"] is not None:
             _restore_optimizer(self.optimizer, snapshot["optimizer"])
 
+    def scale_learning_rate(self, factor: float) -> tuple[str, str]:
+        if self.optimizer is None:
+            raise ConfigError("elastic: on_resize='scale_lr' needs State(model, optimizer)")
+        return scale_optimizer_lr(self.optimizer, factor)
+
     def write(self, directory: str, snapshot: dict):
         import paddle
 
@@ -61,6 +68,26 @@ class LayerState:
         if self.optimizer is not None and os.path.exists(os.path.join(path, OPTIMIZER_FILE)):
             self.optimizer.set_state_dict(paddle.load(os.path.join(path, OPTIMIZER_FILE)))
         return self.snapshot()
+
+
+def scale_optimizer_lr(optimizer, factor: float) -> tuple[str, str]:
+    """A float learning rate set again; an LRScheduler's ``base_lr`` and ``last_lr`` scaled, so that
+    the schedule goes on from there (schedules are computed from ``base_lr``)."""
+    from paddle.optimizer.lr import LRScheduler
+
+    scheduler = optimizer._learning_rate
+    if isinstance(scheduler, LRScheduler):
+        return scale_scheduler(scheduler, factor)
+    before = optimizer.get_lr()
+    optimizer.set_lr(before * factor)
+    return f"{before:g}", f"{optimizer.get_lr():g}"
+
+
+def scale_scheduler(scheduler, factor: float) -> tuple[str, str]:
+    before = scheduler.last_lr
+    scheduler.base_lr *= factor
+    scheduler.last_lr *= factor
+    return f"{before:g}", f"{scheduler.last_lr:g} ({type(scheduler).__name__}, base_lr {scheduler.base_lr:g})"
 
 
 def _restore_optimizer(optimizer, saved: dict):

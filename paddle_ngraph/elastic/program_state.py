@@ -63,6 +63,9 @@ class ProgramState:
         self.ir = view.ir
         self.parameters = sorted(n for n, v in persistable.items() if v.is_parameter)
         self.others = sorted(n for n, v in persistable.items() if not v.is_parameter)
+        # The learning rates the optimizer's updates read (on_resize='scale_lr' scales them).
+        self.learning_rates = sorted({n for op in view.ops for n in op.inputs.get("learningrate") or [] if n}
+                                     & set(self.others))
         self._scope = scope
         # The transpiled copy the current group runs (fleet's program until the first transpile).
         self.current = self.transpiled_as.transpiled if self.transpiled_as is not None else None
@@ -105,6 +108,10 @@ class ProgramState:
         if snapshot is not None:
             self.restore_engines(snapshot)
         return program, handles
+
+    def recorded_config(self):
+        """The configuration fleet transpiled the program with (None: not transpiled by fleet)."""
+        return self.transpiled_as.config if self.transpiled_as is not None else None
 
     def _in_original(self, handle):
         """A fetch handle of the program given to State as the same value of the copy transpiled
@@ -178,6 +185,29 @@ class ProgramState:
             if not pending:
                 for accumulator in engine.accumulators:
                     accumulator.fill(0)
+
+    def scale_learning_rate(self, factor: float) -> tuple[str, str]:
+        """The program's ``lr_scheduler`` (whose value the executor feeds each step) scaled as a
+        dygraph optimizer's is; else the learning-rate variables of the scope multiplied."""
+        import paddle
+
+        from .layer_state import scale_scheduler
+
+        scheduler = getattr(self.program, "lr_scheduler", None)
+        if scheduler is not None:
+            return scale_scheduler(scheduler, factor)
+        if not self.learning_rates:
+            raise ConfigError("elastic: on_resize='scale_lr': no learning-rate variable found in the program's "
+                              "optimizer updates")
+        scope, before, after = self.scope, [], []
+        for name in self.learning_rates:
+            tensor = scope.find_var(name).get_tensor()
+            value = np.array(tensor)
+            before.append(f"{name} {float(value.reshape(-1)[0]):g}")
+            value = (value * factor).astype(value.dtype)
+            tensor.set(value, paddle.CPUPlace())
+            after.append(f"{float(value.reshape(-1)[0]):g}")
+        return ", ".join(before), ", ".join(after)
 
     # --- on disk ----------------------------------------------------------------------------------
     def write(self, directory: str, snapshot: dict):

@@ -35,22 +35,25 @@ from ..distributed import detect_launcher
 from ..distributed.elastic_mpi import HEARTBEAT_OPTIONS, heartbeat_detector_enabled
 from ..errors import ConfigError, RankLostError, TooFewRanksError
 from .group import replace_group, start_group
+from . import resize
 from .growth import GroupGrew, Growth
 
 log = logging.getLogger("paddle_ngraph.elastic")
 
 
 def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discovery=None,
-        discovery_interval: float = 1.0):
+        discovery_interval: float = 1.0, on_resize: str | None = None):
     """Decorator of a training function ``func(state, *args, **kwargs)``; see the module docstring.
 
     ``min_ranks``: below this many survivors, stop (the commit on disk). ``max_ranks`` and
     ``discovery`` (a host discovery script's path, or a callable returning its lines: ``host:slots``
     each): grow the group up to ``max_ranks`` onto the hosts discovery lists, checked after a commit
-    at most every ``discovery_interval`` seconds."""
+    at most every ``discovery_interval`` seconds. ``on_resize``: None, ``"scale_lr"`` or
+    ``"accumulate"``, what changes with the group's size (resize.py)."""
     if func is None:
         return functools.partial(run, min_ranks=min_ranks, max_ranks=max_ranks, discovery=discovery,
-                                 discovery_interval=discovery_interval)
+                                 discovery_interval=discovery_interval, on_resize=on_resize)
+    resize.check_policy(on_resize)
     growth = None
     if max_ranks is not None or discovery is not None:
         if max_ranks is None or discovery is None:
@@ -65,10 +68,14 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
         transport = start_group(growable=growth is not None)
         if state.commits == 0:
             state.commit()  # the starting point: what a loss before the first commit goes back to
+        resize.set_current(on_resize, state.initial_size)
         if transport is None:
             _without_elastic_group(growth)
             return func(state, *args, **kwargs)
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
+        resize.set_current(on_resize, state.initial_size)
+        if transport.joined:
+            resize.apply(on_resize, state, state.committed_size, state.initial_size, transport.size, transport.rank)
         if transport.rank == 0 and not transport.joined and not heartbeat_detector_enabled():
             log.warning("elastic.run: a rank that stops answering without dying (a frozen process) is not "
                         "detected: the others wait for it. Start mpirun with ULFM's heartbeat detector: %s",
@@ -85,11 +92,11 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
                 transport.check_alive()  # a rank may have finished while another died: all agree first
                 return result
             except GroupGrew as grew:
-                transport = _grown(transport, grew, state)
+                transport = _grown(transport, grew, state, on_resize)
             except Exception as error:
                 if not transport.failure_noticed() and not isinstance(error, RankLostError):
                     raise  # not a lost rank: the user's error, as without elastic
-                transport = _recover(transport, state, min_ranks)
+                transport = _recover(transport, state, min_ranks, on_resize)
 
     return wrapper
 
@@ -110,7 +117,7 @@ def _without_elastic_group(growth):
                     "; ranks cannot join either" if growth is not None else "")
 
 
-def _grown(transport, grew: GroupGrew, state):
+def _grown(transport, grew: GroupGrew, state, on_resize):
     _arm_exit()
     bigger = grew.transport
     replace_group(bigger)
@@ -119,11 +126,12 @@ def _grown(transport, grew: GroupGrew, state):
     log.warning("rank %d (world rank %d): world rank(s) %s joined; continuing on %d rank(s) (world ranks %s) "
                 "from commit %d", bigger.rank, bigger.world_ranks[bigger.rank], grew.joined, bigger.size,
                 bigger.world_ranks, state.commits)
+    resize.apply(on_resize, state, state.committed_size, state.initial_size, bigger.size, bigger.rank)
     state.reset()
     return bigger
 
 
-def _recover(transport, state, min_ranks: int):
+def _recover(transport, state, min_ranks: int, on_resize=None):
     """Shrinks the group, restores the commit, runs the reset callbacks; again, from the smaller
     group, when another rank is lost meanwhile."""
     lost = transport.lost
@@ -134,7 +142,7 @@ def _recover(transport, state, min_ranks: int):
         replace_group(survivors)
         transport.fence(sorted(set(transport.world_ranks) - set(survivors.world_ranks)))
         try:
-            _restore(survivors, state, min_ranks, sorted(set(before) - set(survivors.world_ranks)), lost)
+            _restore(survivors, state, min_ranks, sorted(set(before) - set(survivors.world_ranks)), lost, on_resize)
             return survivors
         except RankLostError as again:
             log.warning("rank %d (world rank %d): a rank was lost during the recovery (%s); shrinking again",
@@ -142,7 +150,7 @@ def _recover(transport, state, min_ranks: int):
             transport = survivors
 
 
-def _restore(survivors, state, min_ranks: int, gone: list[int], lost: str):
+def _restore(survivors, state, min_ranks: int, gone: list[int], lost: str, on_resize=None):
     state.sync(survivors)
     where = f"commit {state.commits}"
     if survivors.size < min_ranks:
@@ -159,6 +167,7 @@ def _restore(survivors, state, min_ranks: int, gone: list[int], lost: str):
     log.warning("rank %d (world rank %d): lost world rank(s) %s (%s); continuing on %d rank(s) (world ranks %s) "
                 "from %s", survivors.rank, survivors.world_ranks[survivors.rank], gone, lost, survivors.size,
                 survivors.world_ranks, where)
+    resize.apply(on_resize, state, state.committed_size, state.initial_size, survivors.size, survivors.rank)
     state.reset()
 
 

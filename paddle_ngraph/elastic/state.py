@@ -21,6 +21,7 @@ from ..checkpoint import CheckpointError, checkpoint_step, latest_checkpoint, wr
 from ..errors import ConfigError
 from .layer_state import LayerState
 from .program_state import ProgramState
+from .resize import accumulate_steps
 
 VALUES_FILE = "elastic.json"
 
@@ -55,7 +56,7 @@ class State:
                 raise ConfigError(f"elastic.State: the value name '{key}' is taken by State itself")
         self.__dict__.update(model=model, optimizer=optimizer, program=program, checkpoint_dir=checkpoint_dir,
                              _part=part, _values=dict(values), commits=0, _snapshot=None, _rng=None,
-                             _reset_callbacks=[], _growth=None)
+                             _reset_callbacks=[], _growth=None, _initial_size=None)
 
     # --- the user's values as attributes --------------------------------------------------------
     def __getattr__(self, name):
@@ -87,9 +88,16 @@ class State:
         import paddle
 
         # First: a rank lost during its collectives leaves the last commit whole.
+        from .group import current_size
+
         part = self._part.snapshot(self._snapshot["state"] if self._snapshot is not None else None)
         self.commits += 1
-        self._snapshot = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values)}
+        size = current_size()
+        if self._initial_size is None:
+            self.__dict__["_initial_size"] = size  # the first commit is the job's start
+        self._snapshot = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values),
+                          # the group's size at this commit, and the job's first (elastic.run(on_resize=...))
+                          "size": size, "initial_size": self._initial_size}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
         if save:
             self.save()
@@ -97,6 +105,20 @@ class State:
             from .group import current_transport
 
             self._growth.after_commit(current_transport())  # may raise GroupGrew: elastic.run continues
+
+    @property
+    def committed_size(self) -> int | None:
+        """The group's size at the last commit."""
+        return self._snapshot.get("size") if self._snapshot is not None else None
+
+    @property
+    def initial_size(self) -> int | None:
+        """The size of the job's first group."""
+        return self._initial_size
+
+    def scale_learning_rate(self, factor: float) -> tuple[str, str]:
+        """Multiplies the learning rate by ``factor`` (see resize.py); returns it before and after."""
+        return self._part.scale_learning_rate(factor)
 
     def bind_growth(self, growth):
         """Called by ``elastic.run``: after each commit, ``growth`` may add ranks (growth.py)."""
@@ -111,6 +133,7 @@ class State:
             raise ConfigError("elastic.State.restore: nothing committed yet")
         self._part.restore(snapshot["state"])
         self.__dict__["_values"] = copy.deepcopy(snapshot["values"])
+        self.__dict__["_initial_size"] = snapshot.get("initial_size", self._initial_size)
         self.commits = snapshot["commit"]
         if self._rng is not None:
             paddle.set_rng_state(self._rng[0])
@@ -128,6 +151,13 @@ class State:
             raise ConfigError("elastic.State.transpile: this State holds a dygraph Layer; wrap it in "
                               "paddle_ngraph.DataParallel inside the training function instead")
         transport = start_group()
+        factor = accumulate_steps()
+        if factor > 1:  # elastic.run(on_resize="accumulate") on fewer ranks than the job began with
+            from ..transpiler import options
+
+            base = options(config if config is not None else self._part.recorded_config(), overrides,
+                           "elastic.State.transpile").accumulate_steps
+            overrides = {**overrides, "accumulate_steps": base * factor}
         return self._part.transpile(fetch_list, config, overrides, transport,
                                     self._snapshot["state"] if self._snapshot is not None else None)
 
@@ -191,4 +221,4 @@ class State:
 
 
 _OWN = ("model", "optimizer", "program", "checkpoint_dir", "commits", "_part", "_snapshot", "_rng", "_values",
-        "_reset_callbacks", "_growth")
+        "_reset_callbacks", "_growth", "_initial_size")

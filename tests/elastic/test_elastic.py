@@ -31,16 +31,18 @@ COMMITTED = 4
 REJOINED = 6          # the first commit after the loss: where a new rank joins
 KILLED_WORLD_RANK = 1  # not the last: the survivors are renumbered (world rank 2 becomes rank 1)
 GLOBAL_BATCH = 12
+ROWS_PER_RANK = 4      # on_resize="scale_lr": each rank keeps 4 rows (4 x 3 ranks is the reference's too)
 FEATURES = 6
 TIMEOUT = 240
 
 
-def _batch(step: int, rank: int, size: int):
-    """This rank's rows of the global batch of ``step``, for a group of ``size``."""
+def _batch(step: int, rank: int, size: int, rows: int | None = None):
+    """This rank's rows of the global batch of ``step``, for a group of ``size`` (``rows``: a batch
+    per rank of its own, the global batch then ``rows * size``)."""
     rng = np.random.default_rng(1000 + step)
     x = rng.standard_normal((GLOBAL_BATCH, FEATURES)).astype(np.float32)
     y = (x.sum(axis=1, keepdims=True) * 0.5 + 0.1).astype(np.float32)
-    rows = GLOBAL_BATCH // size
+    rows = rows or GLOBAL_BATCH // size
     return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
 
 
@@ -71,7 +73,7 @@ def _world() -> int:
 
 
 def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None,
-                    state=None, freeze: bool = False, **growth):
+                    state=None, freeze: bool = False, rows: int | None = None, **growth):
     import paddle
 
     import paddle_ngraph
@@ -101,7 +103,7 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
         while state.step < stop_at:
             if kill_at is not None and world == KILLED_WORLD_RANK and state.step == kill_at:
                 os.kill(os.getpid(), signal.SIGSTOP if freeze else signal.SIGKILL)
-            x, y = _batch(state.step, rank, size)
+            x, y = _batch(state.step, rank, size, rows)
             loss = ((model(paddle.to_tensor(x)) - paddle.to_tensor(y)) ** 2).mean()
             loss.backward()
             state.optimizer.step()
@@ -148,6 +150,25 @@ def second_loss_job(checkpoint_dir):
     return {"params": _params(state), "groups": groups, "step": state.step}
 
 
+def scale_lr_job(checkpoint_dir):
+    """Three ranks of 4 rows each; world rank 1 dies at step KILL_STEP; the two survivors keep their
+    4 rows (a global batch of 8) and scale the learning rate by 2/3."""
+    state = _state(checkpoint_dir, seed=_world())
+    train, groups = _train_function(STEPS, KILL_STEP, 2, rows=ROWS_PER_RANK, on_resize="scale_lr")
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}
+
+
+def reference_scaled_from_commit(checkpoint_dir):
+    """Two ranks of 4 rows from the commit after step COMMITTED, the learning rate set to 2/3 of it."""
+    state = _state(None, seed=300 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    state.load(checkpoint_dir)
+    state.optimizer.set_lr(state.optimizer.get_lr() * (2 / 3))
+    train, groups = _train_function(STEPS, None, 1, rows=ROWS_PER_RANK)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}
+
+
 def rejoin_job(checkpoint_dir, discovery_script):
     """Three ranks, world rank 1 dies at step KILL_STEP; discovery lists room for three all along,
     so a new rank joins the two survivors at their first commit (after step REJOINED)."""
@@ -168,7 +189,8 @@ def reference(tmp_path_factory):
     second = run_ranks(reference_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
     third = run_ranks(reference_from_commit, 3, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
     alone = run_ranks(reference_from_commit, 1, root, launcher_args=ULFM, timeout=TIMEOUT)
-    return first, second, root, third, alone
+    scaled = run_ranks(reference_scaled_from_commit, 2, root, launcher_args=ULFM, timeout=TIMEOUT)
+    return first, second, root, third, alone, scaled
 
 
 def _assert_bitwise(got: dict, want: dict, what: str):
@@ -284,3 +306,16 @@ def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(re
         for name in want:  # oneCCL sums in its own order: equal to MPI's up to rounding
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
         _assert_bitwise(got, run.results[0]["params"], f"rank {world} against rank 0")
+
+
+def test_on_resize_scale_lr_keeps_each_ranks_batch_and_scales_the_learning_rate(reference, tmp_path):
+    run = run_ranks(scale_lr_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    want = reference[5].results[0]
+    for world in (0, 2):
+        assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
+        result = run.results[world]
+        assert result["groups"] == [(3, 0), (2, COMMITTED)], run.report("groups")
+        assert "on_resize='scale_lr': 3 -> 2 ranks, the learning rate scaled by 2/3 (0.05 -> 0.0333333)" \
+            in run.rank_stderr[world], run.report("the choice is not logged")
+        assert result["lr"] == want["lr"] == 0.05 * (2 / 3)
+        _assert_bitwise(result["params"], want["params"], f"world rank {world}")
