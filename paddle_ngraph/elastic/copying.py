@@ -21,6 +21,28 @@ _POOLS: dict = {}
 _LOCK = threading.Lock()
 
 
+try:
+    from .._cpu import array_at as _array_at
+except ImportError:  # the native library is not built
+    _array_at = None
+# Paddle's dtypes as a tensor names them, and the NumPy dtype of their bytes (bfloat16: uint16).
+_NUMPY = {f"paddle.{name}": np.dtype(name) for name in
+          ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")}
+_NUMPY["paddle.bfloat16"] = np.dtype(np.uint16)
+
+
+def memory_view(address: int, paddle_dtype, shape) -> np.ndarray | None:
+    """A NumPy view of a dense CPU tensor's memory (its address, Paddle dtype and shape); None
+    where there is none to make (no native library, an unknown dtype, no element)."""
+    dtype = _NUMPY.get(str(paddle_dtype))
+    if _array_at is None or dtype is None or not address:
+        return None
+    shape = tuple(shape)
+    if 0 in shape:
+        return None
+    return _array_at(address, dtype, shape)
+
+
 def copy_threads() -> int:
     from ..backends.cpu.executable import default_threads
 

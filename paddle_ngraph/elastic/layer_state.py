@@ -11,17 +11,36 @@ import os
 import numpy as np
 
 from ..errors import ConfigError
+from .copying import CopyStream, memory_view
 
 MODEL_FILE = "model.pdparams"
 OPTIMIZER_FILE = "model.pdopt"
 
 
-def _arrays(state_dict: dict) -> dict:
-    """Copies of a Paddle state dict: tensors as NumPy arrays, the rest (a scheduler's dict) deep-copied."""
+def _arrays(state_dict: dict, spare: dict | None = None, copies: CopyStream | None = None) -> dict:
+    """Copies of a Paddle state dict: tensors as NumPy arrays, the rest (a scheduler's dict)
+    deep-copied. A dense CPU tensor whose array of the same name in ``spare`` has its shape and
+    dtype is copied into it through a view of its memory, by ``copies`` (done at its ``finish``)."""
     import paddle
 
-    return {k: np.array(v, copy=True) if isinstance(v, paddle.Tensor) else copy.deepcopy(v)
-            for k, v in state_dict.items()}
+    spare = spare or {}
+    arrays = {}
+    for key, value in state_dict.items():
+        if not isinstance(value, paddle.Tensor):
+            arrays[key] = copy.deepcopy(value)
+            continue
+        into = spare.get(key)
+        view = None
+        # bfloat16 goes through NumPy as before: its view holds uint16, which to_tensor would keep.
+        if copies is not None and value.place.is_cpu_place() and value.is_contiguous() \
+                and value.dtype != paddle.bfloat16:
+            view = memory_view(value.data_ptr(), value.dtype, value.shape)
+        if view is None or into is None or into.shape != view.shape or into.dtype != view.dtype:
+            arrays[key] = view.copy() if view is not None else np.array(value, copy=True)
+        else:
+            copies.add(into, view)
+            arrays[key] = into
+    return arrays
 
 
 def _tensors(arrays: dict) -> dict:
@@ -35,11 +54,26 @@ class LayerState:
 
     def __init__(self, model, optimizer):
         self.model, self.optimizer = model, optimizer
+        # The commit before the last: its arrays take the next commit's copies (never the last's,
+        # which must stay whole while a commit is taken), saving the page faults of fresh memory.
+        self._last: dict = {}
+        self._spare: dict = {}
 
     def snapshot(self, committed: dict | None = None) -> dict:
-        """Fresh copies (``committed`` is not written into either way)."""
-        return {"model": _arrays(self.model.state_dict()),
-                "optimizer": _arrays(self.optimizer.state_dict()) if self.optimizer is not None else None}
+        """Copies of the state dicts, into the arrays of the commit before the last when they are
+        not ``committed``'s (a restored or loaded commit may be both)."""
+        kept = {id(a) for part in (committed or {}).values() if part for a in part.values()}
+        spare = {part: {k: a for k, a in arrays.items() if id(a) not in kept}
+                 for part, arrays in self._spare.items()}
+        copies = CopyStream()
+        try:
+            taken = {"model": _arrays(self.model.state_dict(), spare.get("model"), copies),
+                     "optimizer": _arrays(self.optimizer.state_dict(), spare.get("optimizer"), copies)
+                     if self.optimizer is not None else None}
+        finally:
+            copies.finish()
+        self._spare, self._last = self._last, {k: v for k, v in taken.items() if v is not None}
+        return taken
 
     def restore(self, snapshot: dict):
         self.model.set_state_dict(_tensors(snapshot["model"]))

@@ -30,7 +30,7 @@ import pickle
 import numpy as np
 
 from ..errors import ConfigError
-from .copying import CopyStream
+from .copying import CopyStream, memory_view
 
 PARAMETERS_FILE = "model.pdparams"
 OTHERS_FILE = "model.pdopt"
@@ -248,24 +248,13 @@ def _accumulation(engine) -> dict:
     return {"pending": pending, "accumulators": means}
 
 
-try:
-    from .._cpu import array_at as _array_at
-except ImportError:  # the native library is not built
-    _array_at = None
-# Paddle's dtypes as a tensor names them, and the NumPy dtype of their bytes (bfloat16: uint16).
-_NUMPY = {f"paddle.{name}": np.dtype(name) for name in
-          ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")}
-_NUMPY["paddle.bfloat16"] = np.dtype(np.uint16)
-
-
 def _copy_of(tensor, into: np.ndarray | None, copies: CopyStream) -> np.ndarray:
     """A copy of a dense CPU tensor of the scope, into ``into`` when it has its shape and dtype:
     then through a view of its memory, handed to ``copies`` (three times faster than NumPy's
     conversion), and ``into`` is returned before it holds the copy."""
-    dtype = _NUMPY.get(str(tensor._dtype()))
-    if _array_at is None or dtype is None or tensor._numel() == 0:
+    view = memory_view(tensor._ptr(), tensor._dtype(), tensor.shape()) if tensor._numel() else None
+    if view is None:
         return np.array(tensor, copy=True)
-    view = _array_at(tensor._ptr(), dtype, tuple(tensor.shape()))
     if into is None or into.shape != view.shape or into.dtype != view.dtype:
         return view.copy()
     copies.add(into, view)

@@ -83,3 +83,41 @@ def test_values_are_declared_and_json_on_disk(tmp_path):
     state.commit()
     with pytest.raises(ConfigError, match="JSON"):
         state.save()
+
+
+@pytest.mark.usefixtures("dynamic_mode")
+def test_a_layer_commit_reuses_the_arrays_of_the_one_before_the_last_and_never_the_last():
+    """Copies go into the arrays of the commit before the last (no fresh memory per commit), while
+    the last commit, which a failure half-way through a commit goes back to, stays whole."""
+    import copy
+
+    from paddle_ngraph.elastic.layer_state import LayerState
+
+    paddle.seed(3)
+    model = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.Linear(8, 1))
+    opt = paddle.optimizer.Momentum(learning_rate=0.1, parameters=model.parameters())
+
+    def step():
+        model(paddle.randn([5, 4])).mean().backward()
+        opt.step()
+        opt.clear_grad()
+
+    part = LayerState(model, opt)
+    step()
+    first = part.snapshot(None)
+    step()
+    second = part.snapshot(first)
+    second_then = copy.deepcopy(second)
+    step()
+    third = part.snapshot(second)
+    reused = [k for k in third["model"] if third["model"][k] is first["model"][k]]
+    assert reused == list(third["model"])  # every parameter went into the first commit's arrays
+    for name in second["model"]:
+        np.testing.assert_array_equal(second["model"][name], second_then["model"][name])
+        assert third["model"][name] is not second["model"][name]
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(third["model"][name], np.array(value))
+    velocities = [k for k, v in opt.state_dict().items() if isinstance(v, paddle.Tensor)]
+    assert velocities
+    for key in velocities:
+        np.testing.assert_array_equal(third["optimizer"][key], np.array(opt.state_dict()[key]))
