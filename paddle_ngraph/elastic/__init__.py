@@ -11,6 +11,7 @@ from .group import current_rank as rank
 from .group import current_size as size
 from .resize import accumulate_steps
 from .run import run
+from .sampler import ElasticBatchSampler
 from .state import State
 
-__all__ = ["State", "run", "rank", "size", "accumulate_steps", "RankLostError", "TooFewRanksError"]
+__all__ = ["State", "ElasticBatchSampler", "run", "rank", "size", "accumulate_steps", "RankLostError", "TooFewRanksError"]

@@ -27,10 +27,11 @@ VALUES_FILE = "elastic.json"
 
 
 class State:
-    """``State(model, optimizer, checkpoint_dir=None, **values)``: a dygraph Layer (the plain one:
+    """``State(model, optimizer, checkpoint_dir=None, sampler=None, **values)``: a dygraph Layer (the plain one:
     wrap it in ``paddle_ngraph.DataParallel`` inside the training function, which binds the group
     of its call), its optimizer, where commits go on disk, and the user's values, read and written
-    as attributes (``state.epoch``).
+    as attributes (``state.epoch``). ``sampler``: an ``elastic.ElasticBatchSampler`` (or anything
+    with its ``state_dict``/``set_state_dict``), whose data position goes in each commit.
 
     ``State(program=main_program, scope=None, checkpoint_dir=None, **values)``: a static program as
     built (its startup program run, not transpiled); inside the training function
@@ -38,7 +39,7 @@ class State:
     variables live (None: ``paddle.static.global_scope()``)."""
 
     def __init__(self, model=None, optimizer=None, checkpoint_dir: str | None = None, *, program=None, scope=None,
-                 **values):
+                 sampler=None, **values):
         import paddle
 
         if program is not None:
@@ -54,7 +55,11 @@ class State:
         for key in values:
             if key in _OWN:
                 raise ConfigError(f"elastic.State: the value name '{key}' is taken by State itself")
+        if sampler is not None and not (hasattr(sampler, "state_dict") and hasattr(sampler, "set_state_dict")):
+            raise ConfigError(f"elastic.State: sampler must keep a position (state_dict/set_state_dict, as "
+                              f"elastic.ElasticBatchSampler), not {type(sampler).__name__}")
         self.__dict__.update(model=model, optimizer=optimizer, program=program, checkpoint_dir=checkpoint_dir,
+                             sampler=sampler,
                              _part=part, _values=dict(values), commits=0, _snapshot=None, _rng=None,
                              _reset_callbacks=[], _growth=None, _initial_size=None)
 
@@ -96,6 +101,7 @@ class State:
         if self._initial_size is None:
             self.__dict__["_initial_size"] = size  # the first commit is the job's start
         self._snapshot = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values),
+                          "sampler": self.sampler.state_dict() if self.sampler is not None else None,
                           # the group's size at this commit, and the job's first (elastic.run(on_resize=...))
                           "size": size, "initial_size": self._initial_size}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
@@ -134,6 +140,8 @@ class State:
         self._part.restore(snapshot["state"])
         self.__dict__["_values"] = copy.deepcopy(snapshot["values"])
         self.__dict__["_initial_size"] = snapshot.get("initial_size", self._initial_size)
+        if self.sampler is not None and snapshot.get("sampler") is not None:
+            self.sampler.set_state_dict(snapshot["sampler"])
         self.commits = snapshot["commit"]
         if self._rng is not None:
             paddle.set_rng_state(self._rng[0])
@@ -186,7 +194,8 @@ class State:
             return None
         snapshot = self._snapshot
         try:
-            values = json.dumps({"commit": snapshot["commit"], "values": snapshot["values"]}, indent=1)
+            values = json.dumps({"commit": snapshot["commit"], "values": snapshot["values"],
+                                 "sampler": snapshot.get("sampler")}, indent=1)
         except TypeError as e:
             raise ConfigError(f"elastic.State.save: the values must be JSON data (numbers, strings, lists, "
                               f"dicts): {e}") from None
@@ -214,11 +223,14 @@ class State:
         except (OSError, ValueError, KeyError, EOFError) as e:
             raise CheckpointError(f"checkpoint {path}: {type(e).__name__}: {e}") from e
         self.__dict__["_values"].update(saved["values"])
+        if self.sampler is not None and saved.get("sampler") is not None:
+            self.sampler.set_state_dict(saved["sampler"])
         self.commits = checkpoint_step(path)
-        self.__dict__["_snapshot"] = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values)}
+        self.__dict__["_snapshot"] = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values),
+                                      "sampler": self.sampler.state_dict() if self.sampler is not None else None}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
         return self.commits
 
 
-_OWN = ("model", "optimizer", "program", "checkpoint_dir", "commits", "_part", "_snapshot", "_rng", "_values",
+_OWN = ("model", "optimizer", "program", "checkpoint_dir", "sampler", "commits", "_part", "_snapshot", "_rng", "_values",
         "_reset_callbacks", "_growth", "_initial_size")

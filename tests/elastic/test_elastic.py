@@ -46,7 +46,7 @@ def _batch(step: int, rank: int, size: int, rows: int | None = None):
     return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
 
 
-def _state(checkpoint_dir, seed):
+def _state(checkpoint_dir, seed, sampler=None):
     import paddle
 
     from paddle_ngraph import elastic
@@ -56,7 +56,7 @@ def _state(checkpoint_dir, seed):
     with paddle.utils.unique_name.guard():
         model = paddle.nn.Sequential(paddle.nn.Linear(FEATURES, 16), paddle.nn.Tanh(), paddle.nn.Linear(16, 1))
     optimizer = paddle.optimizer.Adam(learning_rate=0.05, parameters=model.parameters())
-    return elastic.State(model, optimizer, checkpoint_dir=checkpoint_dir, step=0)
+    return elastic.State(model, optimizer, checkpoint_dir=checkpoint_dir, sampler=sampler, step=0)
 
 
 def _params(state):
@@ -319,3 +319,75 @@ def test_on_resize_scale_lr_keeps_each_ranks_batch_and_scales_the_learning_rate(
             in run.rank_stderr[world], run.report("the choice is not logged")
         assert result["lr"] == want["lr"] == 0.05 * (2 / 3)
         _assert_bitwise(result["params"], want["params"], f"world rank {world}")
+
+
+class _Numbers:
+    """Samples 0..n-1 as (x, y) rows: what each rank trained on is read back from x."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        x = np.full([FEATURES], i / 100.0, dtype=np.float32)
+        return x, np.array([i / 50.0], dtype=np.float32)
+
+
+SAMPLES = 60  # batches of 2: 10 steps of 3 ranks, or 15 of 2
+
+
+def sampler_job(checkpoint_dir):
+    """Three ranks read an epoch through ElasticBatchSampler and a DataLoader; world rank 1 dies at
+    step KILL_STEP. Each rank returns the sample indices of each step it trained, per call."""
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph import elastic
+
+    numbers = _Numbers(SAMPLES)
+    world = _world()
+    sampler = elastic.ElasticBatchSampler(numbers, batch_size=2)
+    state = _state(checkpoint_dir, seed=world, sampler=sampler)
+    calls = []
+
+    @elastic.run(min_ranks=2)
+    def train(state):
+        model = paddle_ngraph.DataParallel(state.model)
+        loader = paddle.io.DataLoader(numbers, batch_sampler=sampler)
+        seen = []
+        calls.append((elastic.size(), state.step, seen))
+        for x, y in loader:
+            if world == KILLED_WORLD_RANK and state.step == KILL_STEP:
+                os.kill(os.getpid(), signal.SIGKILL)
+            seen.append((state.step, [int(round(v * 100)) for v in x.numpy()[:, 0]]))
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            state.optimizer.step()
+            state.optimizer.clear_grad()
+            sampler.record_batch()
+            state.step += 1
+            if state.step % COMMIT_EVERY == 0:
+                state.commit()
+
+    train(state)
+    return {"calls": calls, "step": state.step, "params": _params(state)}
+
+
+def test_a_sampler_keeps_the_data_position_each_sample_trained_once(tmp_path):
+    run = run_ranks(sampler_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    per_step = 3 * 2
+    for world in (0, 2):
+        assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
+        first, second = run.results[world]["calls"]
+        assert (first[0], first[1], second[0], second[1]) == (3, 0, 2, COMMITTED), run.report("groups")
+        rank_then = 0 if world == 0 else 2
+        # Three ranks, each its slice of the steps' six samples, up to the failure.
+        for step, indices in first[2][:COMMITTED]:
+            assert indices == list(range(step * per_step + 2 * rank_then, step * per_step + 2 * rank_then + 2))
+    # From the commit after step COMMITTED, two ranks share the rest of the epoch: each sample once.
+    after = [i for world in (0, 2) for _, indices in run.results[world]["calls"][1][2] for i in indices]
+    assert sorted(after) == list(range(COMMITTED * per_step, SAMPLES))
+    assert run.results[0]["step"] == COMMITTED + (SAMPLES - COMMITTED * per_step) // 4
+    _assert_bitwise(run.results[2]["params"], run.results[0]["params"], "world rank 2 against 0")
