@@ -3,7 +3,8 @@
 PIR values have no names; we name them after what defines them: ``pd_op.data``
 by its ``name``, ``builtin.parameter`` by its ``parameter_name``, other results
 ``%<op index>.<output slot>``. Outputs of in-place ops (``adam_``'s
-``param_out``) take the name of the input they update (``param``).
+``param_out``, ``increment_``'s ``out``) take the name of the input they update (``param``,
+``x``), as Paddle's in-place map of the op says.
 """
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
             view.slot_names[key] = slot
             view.inputs[key] = _names_of(value, value_name, names)
         results = op.results()
+        inplace = _inplace_map(op) if _is_inplace(op_name) else None
         if len(out_slots) != len(results):
             out_slots = [f"out{i}" if i else "out" for i in range(len(results))]
         for result, (slot, value) in enumerate(zip(out_slots, results)):
@@ -126,7 +128,7 @@ def decode_program(program, source: str = "<pir program>") -> ProgramView:
             if not value.initialized():
                 view.outputs[key] = [None]
                 continue
-            name = _result_name(op, op_name, index, slot, key, view)
+            name = _result_name(op, op_name, index, slot, key, view, result, inplace, value_name)
             names[value.id] = name
             values.setdefault(name, value)
             view.outputs[key] = [name]
@@ -190,11 +192,29 @@ def _nested_updates(op) -> list:
     return updates
 
 
+def _inplace_map(op) -> dict | None:
+    """Paddle's own in-place map of an op, result index -> operand index (its yaml's ``inplace``:
+    ``sgd_``'s ``param -> param_out``, ``increment_``'s ``x -> out``, ``assign_out_``'s ``output ->
+    out``); None where Paddle has none to give (ops without yaml information)."""
+    try:
+        from paddle.base.libpaddle import pir
+
+        return {int(k): int(v) for k, v in pir.get_op_inplace_info(op).items()}
+    except Exception:  # noqa: BLE001 - builtin ops, or a Paddle without the binding
+        return None
+
+
 def updated_in_place(op) -> list:
-    """The operands an in-place op (``assign_out_``, ``sgd_``) updates: those whose slot has an
-    ``<slot>_out`` result, and ``assign_out_``'s ``output`` (Paddle's ``inplace (output -> out)``)."""
+    """The operands an in-place op (``assign_out_``, ``sgd_``, ``increment_``) updates: those
+    Paddle's in-place map names; without one, those whose slot has an ``<slot>_out`` result, and
+    ``assign_out_``'s ``output`` (Paddle's ``inplace (output -> out)``)."""
     if not _is_inplace(op.name()):
         return []
+    inplace = _inplace_map(op)
+    if inplace:
+        operands = op.operands_source()
+        return [operands[i] for i in sorted(set(inplace.values()))
+                if i < len(operands) and operands[i] is not None and operands[i].initialized()]
     in_slots, out_slots = _slot_names(op)
     operands = op.operands_source()
     if len(in_slots) != len(operands):
@@ -224,12 +244,17 @@ def _names_of(value, value_name, names) -> list:
     return [value_name(value)]
 
 
-def _result_name(op, op_name, index, slot, key, view) -> str:
+def _result_name(op, op_name, index, slot, key, view, result: int, inplace: dict | None, value_name) -> str:
     attrs = op.attrs()
     if op_name == "pd_op.data":
         return str(attrs["name"])
     if op_name == "builtin.parameter":
         return str(attrs["parameter_name"])
+    if inplace and result in inplace:  # the operand Paddle's in-place map says this result is
+        operands = op.operands_source()
+        aliased = value_name(operands[inplace[result]]) if inplace[result] < len(operands) else None
+        if aliased:
+            return aliased
     if _is_inplace(op_name) and key.endswith("out") and key[:-3] in view.inputs:
         aliased = view.inputs[key[:-3]]
         if aliased and aliased[0]:

@@ -101,7 +101,8 @@ def rewrite_pir(view, plan: Plan, engines: list):
     # The engines read feeds and parameters: their declarations come first.
     for op in sources:
         op.move_before(first_other)
-    _refuse_inplace_writes_of_engine_state(view, plan, removed_ids)
+    position = {op.id(): i for i, op in enumerate(ops)}
+    written_from = _paddle_writes_of_engine_state(view, plan, removed_ids, position)
     token = None
     # Values an engine gave Paddle, by name: a later engine reading the same name from Paddle reads
     # the engine's output (a control-flow op may have updated it in place in between).
@@ -122,14 +123,23 @@ def rewrite_pir(view, plan: Plan, engines: list):
                                   if v.initialized() and v.get_defining_op() is not None
                                   and v.get_defining_op().name() == "builtin.combine"}
         for slot, name in enumerate(seg.outputs):
+            info = view.vars.get(name)
+            persistable = info is not None and info.persistable
             if seg.before_op is not None:  # collective-only: just the update it serves
                 target = seg.before_op.native.id()
                 accept = lambda user, target=target: user.id() == target  # noqa: E731
+            elif persistable:
+                # State the engine updates in place through its input: Paddle ops after the segment read
+                # the engine's copy (which orders them after it) until a Paddle op writes the variable in
+                # place; that op and the ones after read the variable itself, which Paddle's executor
+                # orders after the engine (a write after its read) and after that op (a read after write).
+                start, end = position[seg.first.native.id()], written_from.get((seg.index, name), len(ops))
+                accept = (lambda user, start=start, end=end: user.id() not in removed_ids  # noqa: E731
+                          and user.id() not in own and start < position.get(user.id(), -1) < end)
             else:
                 accept = lambda user: user.id() not in removed_ids and user.id() not in own  # noqa: E731
             _replace_uses(view.values[name], outs[slot], accept)
-            info = view.vars.get(name)
-            if seg.before_op is None and not (info is not None and info.persistable):  # state: its variable
+            if seg.before_op is None and not persistable:  # state: its variable
                 current[name] = outs[slot]
         token = outs[token_slot]
     # Check before removing anything: a half-removed PIR program aborts the process when freed.
@@ -158,15 +168,21 @@ def _follows_converted(op, converted: set) -> bool:
     return False
 
 
-def _refuse_inplace_writes_of_engine_state(view, plan: Plan, removed_ids: set):
-    """An op left to Paddle that writes in place into state an engine updates (LookAhead's
-    ``assign_out_`` into a parameter after ``sgd_``) would write into the engine's output, a copy,
-    and the update would be lost: refused, before the program changes, rather than trained wrong."""
+def _paddle_writes_of_engine_state(view, plan: Plan, removed_ids: set, position: dict) -> dict:
+    """(segment index, name) -> the position of the first op left to Paddle after the segment that
+    writes in place into persistable state the segment updates (LookAhead's ``assign_out_`` of the
+    slow weights into a parameter after ``sgd_``). The engine updates that state in the variable, so
+    the op must write the variable, not the engine's copy of it (``rewrite_pir``).
+
+    Such a write inside a control-flow region is refused, before the program changes: the region's
+    other reads of the state would need the same split, which is not made."""
     from ..frontend.pir_decoder import updated_in_place
 
+    written_from = {}
     for seg in plan.segments:
         if seg.before_op is not None:
             continue
+        start = position[seg.first.native.id()]
         for name in seg.outputs:
             info = view.vars.get(name)
             if info is None or not info.persistable:
@@ -174,13 +190,18 @@ def _refuse_inplace_writes_of_engine_state(view, plan: Plan, removed_ids: set):
             value = view.values[name]
             for user in value.all_used_ops():
                 outer = _outermost(user)
-                if outer.id() in removed_ids:
+                at = position.get(outer.id(), -1)
+                if outer.id() in removed_ids or at <= start:
                     continue
-                if any(v.id == value.id for v in updated_in_place(user)):
+                if not any(v.id == value.id for v in updated_in_place(user)):
+                    continue
+                if outer.id() != user.id():
                     raise ConversionError(
-                        f"{user.name()} (left to Paddle) writes in place into {name}, which engine segment "
-                        f"{seg.index} updates: in a PIR program the engine cannot hand it the variable "
-                        f"itself (convert {user.name()}, or run this program in legacy IR)")
+                        f"{user.name()} (left to Paddle, inside {outer.name()}) writes in place into {name}, which "
+                        f"engine segment {seg.index} updates: such a write in a control-flow region after the "
+                        f"engine's update is not supported in a PIR program (run this program in legacy IR)")
+                written_from[seg.index, name] = min(at, written_from.get((seg.index, name), at))
+    return written_from
 
 
 def _replace_uses(old, new, accept):

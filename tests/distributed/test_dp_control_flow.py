@@ -1,6 +1,7 @@
 """Control flow and Paddle's own optimizers on 2 ranks under mpirun train like one process on the
 concatenated batch: GradientMergeOptimizer's update in a conditional_block reads sums of averaged
-gradients (the segment making each sum averages it and writes the average back), LookAhead's and
+gradients (the segment making each sum averages it and writes the average back), LookAhead's (in
+both IRs: in PIR its assign_out_ writes the slow weights into the parameters the engine updates) and
 ModelAverage's extra ops and a while loop run in Paddle between engine segments. Ranks end
 bitwise identical."""
 import os
@@ -19,23 +20,24 @@ import cflow_models as cm  # noqa: E402
 pytestmark = pytest.mark.distributed
 
 STEPS, BATCH, NRANKS = 6, 12, 2
-CASES = [("gradient_merge", "CPU"), ("lookahead", "CPU"), ("model_average", "INTERPRETER"), ("while_loop", "CPU")]
+CASES = [("gradient_merge", "CPU", "legacy"), ("lookahead", "CPU", "legacy"), ("lookahead", "CPU", "pir"),
+         ("model_average", "INTERPRETER", "legacy"), ("while_loop", "CPU", "legacy")]
 
 
 def train_on_this_rank(cases):
-    """On every rank: each legacy case on its share of every batch; {case: (losses, values)}."""
+    """On every rank: each case on its share of every batch; {case: (losses, values)}."""
     import paddle
 
     paddle.enable_static()
     rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
     xs, ys = cm.data(STEPS, BATCH)
     trained = {}
-    for name, backend in cases:
-        with ir_guard("legacy"):
+    for name, backend, ir in cases:
+        with ir_guard(ir):
             # Each rank initializes differently: the start-up broadcast makes them rank 0's.
             _, losses, values = cm.train(name, xs, ys, transpile={"backend": backend}, seed=1 + rank, rank=rank,
                                          nranks=size)
-        trained[name, backend] = losses, values
+        trained[name, backend, ir] = losses, values
     return trained
 
 
@@ -44,12 +46,12 @@ def trained_by_rank():
     return run_ranks(train_on_this_rank, NRANKS, CASES).results
 
 
-@pytest.mark.parametrize("name, backend", CASES)
-def test_ranks_equal_one_process(trained_by_rank, name, backend):
+@pytest.mark.parametrize("name, backend, ir", CASES)
+def test_ranks_equal_one_process(trained_by_rank, name, backend, ir):
     xs, ys = cm.data(STEPS, BATCH)
-    with ir_guard("legacy"):
+    with ir_guard(ir):
         _, ref_losses, ref_values = cm.train(name, xs, ys)
-    ranks = [rank[name, backend] for rank in trained_by_rank]
+    ranks = [rank[name, backend, ir] for rank in trained_by_rank]
     np.testing.assert_allclose(np.mean([losses for losses, _ in ranks], axis=0), ref_losses, rtol=1e-4, atol=1e-6)
     values = ranks[0][1]
     assert sorted(values) == sorted(ref_values)

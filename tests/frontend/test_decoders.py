@@ -77,3 +77,33 @@ def test_unsupported_ops_reported_all_at_once(ir):
         with pytest.raises(UnsupportedOpsError) as info:
             paddle_ngraph.convert(main)
         assert "logcumsumexp x2" in str(info.value) and "lgamma x1" in str(info.value)
+
+
+def test_pir_inplace_results_are_named_after_what_they_update():
+    """Paddle's in-place map of each op decides which operand an in-place result is: increment_'s
+    out is its x, assign_out_'s out its output (not x), sgd_'s param_out its param."""
+    from paddle_ngraph.frontend import decode
+    from paddle_ngraph.frontend.pir_decoder import updated_in_place
+
+    with ir_guard("pir"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [2, 3], "float32")
+            linear = paddle.nn.Linear(3, 1)
+            loss = paddle.mean(linear(x))
+            paddle.optimizer.SGD(0.1).minimize(loss)
+            from paddle.pir.core import create_parameter
+
+            counter = create_parameter(dtype="int32", shape=[1], name="counter", trainable=False,
+                                       initializer=paddle.nn.initializer.Constant(0.0))
+            paddle.increment(counter)
+            paddle.assign(linear.bias * 0.5, output=linear.bias)
+        view = decode(main)
+    named = {op.type: op.outputs for op in view.ops if op.type.endswith("_")}
+    assert named["pd_op.increment_"]["out"] == ["counter"]
+    assert named["pd_op.assign_out_"]["out"] == ["linear_0.b_0"]
+    assert sorted(n for op in view.ops if op.type == "pd_op.sgd_" for n in op.outputs["paramout"]) == \
+        ["linear_0.b_0", "linear_0.w_0"]
+    updated = {op.type: [view.value_names[v.id] for v in updated_in_place(op.native)] for op in view.ops
+               if op.type in ("pd_op.increment_", "pd_op.assign_out_")}
+    assert updated == {"pd_op.increment_": ["counter"], "pd_op.assign_out_": ["linear_0.b_0"]}

@@ -104,16 +104,41 @@ def test_pir_model_average_trains_as_paddle(backend):
     check_equal("model_average", "pir", backend)
 
 
-def test_pir_lookahead_is_refused_by_name_not_trained_wrong(backend):
+def test_pir_lookahead_trains_as_paddle(backend):
     """PIR LookAhead writes the slow weights into the parameters in place (assign_out_, left to
-    Paddle) after the engine's update: the engine's result is a copy of the parameter, so the
-    write would be lost. transpile refuses it, naming the op and the parameter."""
+    Paddle) after the engine's update, and reads the step counter the engine increments in place
+    (remainder, left to Paddle): the write goes into the parameter itself, not into the engine's
+    copy of it, and the counter is read after the engine's step."""
+    main = check_equal("lookahead", "pir", backend)
+    ops = list(main.global_block().ops)
+    names = [op.name() for op in ops]
+    assert names.count("pd_op.assign_out_") == 12 and names.count("pd_op.remainder") == 4
+    parameters = {op.result(0).id: op.attrs()["parameter_name"] for op in ops if op.name() == "builtin.parameter"}
+    written = sorted(parameters[op.operand_source(1).id] for op in ops
+                     if op.name() == "pd_op.assign_out_" and op.operand_source(1).id in parameters)
+    assert written == sorted(p for p in parameters.values() if p.startswith("linear_"))
+
+
+def test_pir_inplace_write_in_a_region_is_refused_by_name():
+    """A Paddle op inside a control-flow region writing in place into a parameter an engine updates
+    is refused, naming the op and the parameter, rather than trained wrong."""
     with ir_guard("pir"):
-        main, startup, _ = cm.build("lookahead")
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, cm.FEATURES], "float32")
+            linear = paddle.nn.Linear(cm.FEATURES, cm.CLASSES)
+            loss = paddle.mean(linear(x))
+            paddle.optimizer.SGD(cm.LR).minimize(loss)
+
+            def halve_bias():
+                paddle.assign(linear.bias * 0.5, output=linear.bias)
+
+            paddle.static.nn.cond(loss > 0.0, halve_bias, None)
         with paddle.static.scope_guard(paddle.static.Scope()):
             paddle.static.Executor(paddle.CPUPlace()).run(startup)
-            with pytest.raises(ConversionError, match=r"pd_op.assign_out_ \(left to Paddle\) writes in place into "):
-                paddle_ngraph.transpile(main, backend=backend)
+            with pytest.raises(ConversionError, match=r"pd_op.assign_out_ \(left to Paddle, inside pd_op.if\) writes "
+                                                      r"in place into linear_0.b_0"):
+                paddle_ngraph.transpile(main)
 
 
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
