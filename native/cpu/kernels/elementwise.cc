@@ -3,7 +3,8 @@
 //
 // The NumPy interpreter (backends/interpreter/kernels/elementwise.py) is the specification:
 // same dtypes, same order of floating-point operations (scalars cast to the data's dtype first),
-// integer Divide is np.floor_divide (x // 0 == 0), integer arithmetic wraps, Maximum/Minimum
+// integer Divide and FloorDivide are np.floor_divide (x // 0 == 0), integer Mod np.mod (x % 0 == 0),
+// float Mod and FloorDivide are Paddle's remainder and floor_divide, integer arithmetic wraps, Maximum/Minimum
 // propagate NaN, bool Divide and Power are NumPy's (a or not b).
 // exp/log/pow are the C library's, which may differ from NumPy's SIMD versions by an ulp.
 #include <algorithm>
@@ -56,6 +57,49 @@ struct DivideOp {
         return q;
       } else {
         return static_cast<T>(a / b);
+      }
+    }
+  }
+};
+// Integer floor division as np.floor_divide (DivideOp's integer case); floats as Paddle's
+// FloorDivideFunctor, which is NumPy's npy_divmod.
+struct FloorDivideOp {
+  static constexpr unsigned kinds = kNumeric;
+  static constexpr int cost = 4;
+  template <class T> T operator()(T a, T b) const {
+    if constexpr (is_float_v<T>) {
+      if (b == 0) return a / b;
+      T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if ((mod != 0) && ((b < 0) != (mod < 0))) div -= T(1);
+      if (div == 0) return std::copysign(T(0), a / b);
+      T floordiv = std::floor(div);
+      if (div - floordiv > T(0.5)) floordiv += T(1);
+      return floordiv;
+    } else {
+      return DivideOp()(a, b);
+    }
+  }
+};
+// Paddle's RemainderFunctor: the remainder takes the divisor's sign. Integers: x % 0 == 0 (Paddle
+// raises) and MIN % -1 == 0 (C's % would trap), as np.mod.
+struct ModOp {
+  static constexpr unsigned kinds = kNumeric;
+  static constexpr int cost = 4;
+  template <class T> T operator()(T a, T b) const {
+    if constexpr (is_float_v<T>) {
+      T res = std::fmod(a, b);
+      if ((res != 0) && ((res < 0) != (b < 0))) res += b;
+      return res;
+    } else {
+      if (b == 0) return T(0);
+      if constexpr (std::is_signed<T>::value) {
+        if (b == T(-1)) return T(0);
+        T res = static_cast<T>(a % b);
+        if ((res != 0) && ((res < 0) != (b < 0))) res = static_cast<T>(Arith<T>(res) + Arith<T>(b));
+        return res;
+      } else {
+        return static_cast<T>(a % b);
       }
     }
   }
@@ -119,6 +163,8 @@ PDNG_REGISTER_KERNEL("Add", make_binary_with<AddOp>);
 PDNG_REGISTER_KERNEL("Subtract", make_binary_with<SubtractOp>);
 PDNG_REGISTER_KERNEL("Multiply", make_binary_with<MultiplyOp>);
 PDNG_REGISTER_KERNEL("Divide", make_binary_with<DivideOp>);
+PDNG_REGISTER_KERNEL("FloorDivide", make_binary_with<FloorDivideOp>);
+PDNG_REGISTER_KERNEL("Mod", make_binary_with<ModOp>);
 PDNG_REGISTER_KERNEL("Maximum", make_binary_with<MaximumOp>);
 PDNG_REGISTER_KERNEL("Minimum", make_binary_with<MinimumOp>);
 PDNG_REGISTER_KERNEL("Power", make_binary_with<PowerOp>);

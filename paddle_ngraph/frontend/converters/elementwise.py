@@ -37,6 +37,30 @@ def elementwise(ctx):
     ctx.set_output(("Out", "out"), _BINARY[_kind(ctx.op_type)](x, y).output())
 
 
+@converter("elementwise_mod", "pd_op.remainder", "pd_op.remainder_", "elementwise_floordiv", "pd_op.floor_divide",
+           "pd_op.floor_divide_")
+def mod_floor_divide(ctx):
+    """Paddle's remainder (Python's %: the result takes the divisor's sign, for integers and floats)
+    and floor_divide (Python's //). int32/int64/float32/float64, as Paddle's CPU kernels; bool is
+    refused (Paddle has no bool kernel either).
+
+    Integer division by zero: Paddle's kernels raise InvalidArgumentError at run time; the engine
+    cannot stop a step for a value it only sees while running, so it gives NumPy's answer instead
+    (x // 0 == x % 0 == 0) rather than trapping the process, and MIN // -1 wraps to MIN (MIN % -1
+    is 0) where C's division would trap. Float division by zero follows IEEE, as Paddle: x // 0 is
+    a / b (inf or NaN), x % 0 is NaN."""
+    x, y = ctx.input("X", "x"), ctx.input("Y", "y")
+    if x.dtype.name not in ("int32", "int64", "float32", "float64") or x.dtype != y.dtype:
+        raise ctx.fail(f"supports int32/int64/float32/float64 operands of one dtype, got {x.dtype} and {y.dtype}")
+    y = align_for_axis(x, y, int(ctx.attr("axis", default=-1)))
+    op = ops.FloorDivide if "floor" in ctx.op_type else ops.Mod
+    out = op(x, y).output()
+    ctx.set_output(("Out", "out"), out)
+    if ctx.op_type.endswith("_"):
+        # PIR's in-place forms update X (as increment_): later readers of X see the result.
+        ctx.session.bind(ctx.input_name("X", "x"), out, ctx)
+
+
 @converter("elementwise_add_grad", "pd_op.add_grad")
 def elementwise_add_grad(ctx):
     _add_sub_grad(ctx, negate_y=False)

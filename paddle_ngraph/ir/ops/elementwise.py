@@ -53,6 +53,20 @@ def _define(name, base, doc, **extra):
 
 for _name in ["Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power"]:
     _define(_name, BinaryElementwise, f"Elementwise {_name.lower()} with NumPy broadcasting.")
+
+
+class NumericBinary(BinaryElementwise):
+    """A binary op defined on numbers only (Paddle's kernels have no bool version)."""
+
+    def infer(self):
+        self.check(self.input_type(0).dtype != DType.bool, f"needs numeric inputs, got {self.input_type(0)}")
+        return super().infer()
+
+
+_define("Mod", NumericBinary, "Python-style modulo (the result takes the divisor's sign) with NumPy "
+        "broadcasting: Paddle's remainder; integer x % 0 is 0.")
+_define("FloorDivide", NumericBinary, "Quotient rounded toward minus infinity with NumPy broadcasting: "
+        "Paddle's floor_divide; integer x // 0 is 0.")
 for _name in ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"]:
     _define(_name, BinaryElementwise, f"Elementwise comparison {_name}; boolean result.", result_dtype=DType.bool)
 for _name in ["LogicalAnd", "LogicalOr"]:

@@ -24,6 +24,29 @@ def _binary(node, args, transport):
     return [np.asarray(_BINARY[node.op_type](a, b)).astype(output_dtype(node), copy=False)]
 
 
+def _paddle_float_mod(a, b):
+    """Paddle's RemainderFunctor for floats: fmod, plus b when the remainder is non-zero and its
+    sign differs from b's (a zero result keeps fmod's sign, where np.mod takes b's)."""
+    res = np.fmod(a, b)
+    return np.where((res != 0) & ((res < 0) != (b < 0)), res + b, res)
+
+
+@kernel("Mod", "FloorDivide")
+def _mod_floor_divide(node, args, transport):
+    """Integers: NumPy's floor_divide / mod, which are Paddle's functors except x // 0 == x % 0 == 0
+    (Paddle raises) and MIN // -1 == MIN (wraps). Floats: np.floor_divide is npy_divmod, the
+    algorithm Paddle's FloorDivideFunctor copies; the modulo is Paddle's own formula."""
+    a, b = args
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if node.op_type == "FloorDivide":
+            out = np.floor_divide(a, b)
+        elif np.issubdtype(a.dtype, np.integer):
+            out = np.mod(a, b)
+        else:
+            out = _paddle_float_mod(a, b)
+    return [np.asarray(out).astype(output_dtype(node), copy=False)]
+
+
 _UNARY = {
     "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Negative": np.negative, "Abs": np.abs,
     "LogicalNot": np.logical_not,
