@@ -45,10 +45,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from bench_small import case_in_its_process  # tools/, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -413,13 +413,7 @@ def main(argv=None) -> int:
     for case in cases:
         print(f"[control flow] {case}...", end=" ", file=sys.stderr, flush=True)
         started = time.monotonic()
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            command = [sys.executable, os.path.abspath(__file__), "--case", case, "--rounds", str(args.rounds),
-                       "--steps", str(args.steps), "--json", out.name]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-            if done.returncode != 0:
-                raise RuntimeError(f"{case}: {done.stderr[-3000:]}")
-            report["cases"][case] = json.load(open(out.name))
+        report["cases"][case] = case_in_its_process(__file__, case, args.rounds, args.steps, args.timeout)
         print(f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     report["load_after"] = os.getloadavg()
     if args.json:

@@ -248,6 +248,18 @@ def transpile_worker() -> dict:
             "transpile_s": transpiled - made}
 
 
+def case_in_its_process(script: str, case: str, rounds: int, steps: int, timeout: float) -> dict:
+    """``script --case CASE --rounds R --steps S --json FILE`` in a fresh process: its result."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, os.path.abspath(script), "--case", case, "--rounds", str(rounds),
+                   "--steps", str(steps), "--json", out.name]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{case}: {done.stderr[-3000:]}")
+        with open(out.name) as f:
+            return json.load(f)
+
+
 def run_transpile(ranks: int, rounds: int, timeout: float) -> dict:
     """Per round: one process alone, one job of ``ranks`` ranks under mpirun (MPI transport) and one under
     paddle.distributed.launch (oneCCL); each field the slowest rank's."""
@@ -311,13 +323,7 @@ def run_small(cases, args) -> dict:
         if case == "transpile_mpirun":
             report["cases"][case] = run_transpile(2, args.rounds, args.timeout)
         else:
-            with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                command = [sys.executable, os.path.abspath(__file__), "--case", case, "--rounds", str(args.rounds),
-                           "--steps", str(args.small_steps), "--json", out.name]
-                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-                if done.returncode != 0:
-                    raise RuntimeError(f"{case}: {done.stderr[-3000:]}")
-                report["cases"][case] = json.load(open(out.name))
+            report["cases"][case] = case_in_its_process(__file__, case, args.rounds, args.small_steps, args.timeout)
         print(f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     report["load_after"] = os.getloadavg()
     return report
