@@ -62,17 +62,20 @@ class LayerState:
     def snapshot(self, committed: dict | None = None) -> dict:
         """Copies of the state dicts, into the arrays of the commit before the last when they are
         not ``committed``'s (a restored or loaded commit may be both)."""
-        kept = {id(a) for part in (committed or {}).values() if part for a in part.values()}
+        kept = {id(a) for part in (committed or {}).values() if isinstance(part, dict) for a in part.values()}
         spare = {part: {k: a for k, a in arrays.items() if id(a) not in kept}
                  for part, arrays in self._spare.items()}
         copies = CopyStream()
         try:
             taken = {"model": _arrays(self.model.state_dict(), spare.get("model"), copies),
                      "optimizer": _arrays(self.optimizer.state_dict(), spare.get("optimizer"), copies)
-                     if self.optimizer is not None else None}
+                     if self.optimizer is not None else None,
+                     # A float learning rate is not in Paddle's state dict (a scheduler's is): a rank
+                     # that joins, or one restored after on_resize scaled it, takes it from here.
+                     "learning_rate": _float_learning_rate(self.optimizer)}
         finally:
             copies.finish()
-        self._spare, self._last = self._last, {k: v for k, v in taken.items() if v is not None}
+        self._spare, self._last = self._last, {k: v for k, v in taken.items() if isinstance(v, dict)}
         return taken
 
     def restore(self, snapshot: dict):
@@ -81,6 +84,8 @@ class LayerState:
             param.clear_gradient(False)  # a failed step may have left gradients behind
         if self.optimizer is not None and snapshot["optimizer"] is not None:
             _restore_optimizer(self.optimizer, snapshot["optimizer"])
+        if snapshot.get("learning_rate") is not None:
+            self.optimizer.set_lr(snapshot["learning_rate"])
 
     def scale_learning_rate(self, factor: float) -> tuple[str, str]:
         if self.optimizer is None:
@@ -115,6 +120,14 @@ def scale_optimizer_lr(optimizer, factor: float) -> tuple[str, str]:
     before = optimizer.get_lr()
     optimizer.set_lr(before * factor)
     return f"{before:g}", f"{optimizer.get_lr():g}"
+
+
+def _float_learning_rate(optimizer) -> float | None:
+    from paddle.optimizer.lr import LRScheduler
+
+    if optimizer is None or isinstance(optimizer._learning_rate, LRScheduler):
+        return None
+    return optimizer.get_lr()
 
 
 def scale_scheduler(scheduler, factor: float) -> tuple[str, str]:

@@ -75,16 +75,15 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
         resize.set_current(on_resize, state.initial_size)
         if transport.joined:
-            resize.apply(on_resize, state, state.committed_size, state.initial_size, transport.size, transport.rank)
-        if transport.rank == 0 and not transport.joined and not heartbeat_detector_enabled():
-            log.warning("elastic.run: a rank that stops answering without dying (a frozen process) is not "
-                        "detected: the others wait for it. Start mpirun with ULFM's heartbeat detector: %s",
-                        HEARTBEAT_OPTIONS)
-        if transport.joined:
             _arm_exit(lost=transport.survived_loss)  # the group's survivors of a loss end without finalize
             log.warning("world rank %d joined as rank %d of %d (world ranks %s) at commit %d",
                         transport.world_ranks[transport.rank], transport.rank, transport.size,
                         transport.world_ranks, state.commits)
+            resize.apply(on_resize, state, state.committed_size, state.initial_size, transport.size, transport.rank)
+        elif transport.rank == 0 and not heartbeat_detector_enabled():
+            log.warning("elastic.run: a rank that stops answering without dying (a frozen process) is not "
+                        "detected: the others wait for it. Start mpirun with ULFM's heartbeat detector: %s",
+                        HEARTBEAT_OPTIONS)
         state.bind_growth(growth)
         while True:
             try:

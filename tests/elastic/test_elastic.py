@@ -164,6 +164,7 @@ def reference_scaled_from_commit(checkpoint_dir):
     state = _state(None, seed=300 + int(os.environ["OMPI_COMM_WORLD_RANK"]))
     state.load(checkpoint_dir)
     state.optimizer.set_lr(state.optimizer.get_lr() * (2 / 3))
+    state.commit()  # a commit holds a float rate: elastic.run starts every rank from the last one
     train, groups = _train_function(STEPS, None, 1, rows=ROWS_PER_RANK)
     train(state)
     return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}

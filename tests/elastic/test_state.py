@@ -121,3 +121,17 @@ def test_a_layer_commit_reuses_the_arrays_of_the_one_before_the_last_and_never_t
     assert velocities
     for key in velocities:
         np.testing.assert_array_equal(third["optimizer"][key], np.array(opt.state_dict()[key]))
+
+
+@pytest.mark.usefixtures("dynamic_mode")
+def test_a_float_learning_rate_is_part_of_the_commit():
+    """Paddle's optimizer state dict holds a scheduler's rate but not a float one: a rank that joins
+    a group whose rate on_resize scaled must take it from the commit, not from its own optimizer."""
+    model = paddle.nn.Linear(2, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
+    state = elastic.State(model, opt, step=0)
+    opt.set_lr(0.05 * (2 / 3))  # as on_resize="scale_lr" after 3 -> 2 ranks
+    state.commit()
+    opt.set_lr(0.05)  # a fresh rank's own optimizer
+    state.restore()
+    assert opt.get_lr() == 0.05 * (2 / 3)
