@@ -143,6 +143,9 @@ cdef class NativeExecutable:
     def add_input_buffer(self, int index, int64_t nbytes):
         return self.executor.add_input_buffer(index, nbytes)
 
+    def add_output_buffer(self, int index, int64_t nbytes):
+        return self.executor.add_output_buffer(index, nbytes)
+
     def add_constant_buffer(self, cnp.ndarray value):
         value = np.ascontiguousarray(value)
         return self.executor.add_constant_buffer(cnp.PyArray_DATA(value), value.nbytes)
@@ -223,17 +226,32 @@ cdef class NativeExecutable:
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
 
-    def run(self, list inputs):
-        """Runs one step on C-contiguous arrays; returns the results as views of the arena."""
+    def run(self, list inputs, dict outputs=None):
+        """Runs one step on C-contiguous arrays; returns the results as views of the arena.
+        ``outputs``: input index -> a C-contiguous array of that input's size where the values
+        that replace the input (its output buffers) are written instead of into the input."""
         cdef int n = len(inputs)
         cdef cnp.ndarray array
+        cdef vector[void*] output_ptrs
         self.input_ptrs.resize(n)
         for i in range(n):
             array = inputs[i]
             self.input_ptrs[i] = cnp.PyArray_DATA(array)
+        if outputs:
+            output_ptrs = self.input_ptrs
+            for i, target in outputs.items():
+                array = target
+                if array.nbytes != (<cnp.ndarray>inputs[i]).nbytes or not array.flags.c_contiguous:
+                    raise ExecutionError(f"input {i}: the memory given for its new value has {array.nbytes} "
+                                         f"bytes (contiguous: {array.flags.c_contiguous}), the input "
+                                         f"{(<cnp.ndarray>inputs[i]).nbytes}")
+                output_ptrs[i] = cnp.PyArray_DATA(array)
         try:
             with nogil:
-                self.executor.run(self.input_ptrs.data(), n)
+                if output_ptrs.size():
+                    self.executor.run(self.input_ptrs.data(), n, output_ptrs.data())
+                else:
+                    self.executor.run(self.input_ptrs.data(), n)
         except RuntimeError as e:
             raise ExecutionError(str(e)) from None
         results = []

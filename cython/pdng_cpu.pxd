@@ -38,6 +38,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void set_arena_size(int64_t) except +
         int add_arena_buffer(int64_t, int64_t) except +
         int add_input_buffer(int, int64_t) except +
+        int add_output_buffer(int, int64_t) except +
         int add_constant_buffer(const void*, int64_t) except +
         int add_view_buffer(int, int64_t, int64_t) except +
         void add_compute(const NodeInfo&, const vector[int]&, const vector[int]&) except +
@@ -53,6 +54,7 @@ cdef extern from "pdng/executor.h" namespace "pdng" nogil:
         void set_fallback(CollectiveFallback, void*)
         void set_threads(int)
         void run(void* const*, int) except +
+        void run(void* const*, int, void* const*) except +
         void* result_data(int) except +
         int64_t arena_bytes()
         int num_steps()

@@ -10,7 +10,9 @@ commit copies:
 - every persistable variable of the program from the scope (parameters, optimizer moments,
   beta powers, learning rate, step counters): with ZeRO-1 the engines hold only this rank's
   slice of the optimizer state, so they gather the whole of it into the scope first (a
-  collective, as for ``save_checkpoint``), which any group size can slice again;
+  collective, as for ``save_checkpoint``), which any group size can slice again. What the
+  engines alone update at every step is not copied: the commit holds its memory and the next
+  step writes the new values elsewhere (held_state.py);
 - with gradient accumulation, where the engines are in the cycle of ``accumulate_steps`` calls
   and, between the calls of an update, their accumulated gradients averaged over the group (a
   collective): the mean is what the update would divide, whatever the group that finishes it;
@@ -31,6 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .copying import CopyStream, memory_view
+from .held_state import HeldState, eligible
 
 PARAMETERS_FILE = "model.pdparams"
 OTHERS_FILE = "model.pdopt"
@@ -74,6 +77,8 @@ class ProgramState:
         # the page faults of fresh memory, most of a commit's time, for twice the state's memory.
         self._last: dict = {}
         self._spare: dict = {}
+        # The state whose memory commits hold instead of copying it (held_state.py).
+        self._held = HeldState(lambda: self.scope)
 
     @property
     def scope(self):
@@ -105,6 +110,13 @@ class ProgramState:
         program, handles = _copy(self.program, [self._in_original(h) for h in fetch_list])
         transpile(program, config, transport=transport, fetch_list=handles, **overrides)
         self.current = program
+        engines = self._engines()
+        names = eligible(engines)
+        for name in self._held.names - names:
+            self._held.drop(name)
+        self._held.names = names
+        for engine in engines:
+            engine.state_destinations = self._held
         if snapshot is not None:
             self.restore_engines(snapshot)
         return program, handles
@@ -137,21 +149,27 @@ class ProgramState:
         for engine in sharded:
             engine.sharded.push_full(engine.transport)
         kept = {id(a) for a in (committed or {}).get("scope", {}).values()}
+        held = self._held.names if self.current is not None else set()
         try:
             scope = self.scope
-            values, copies = {}, CopyStream()
+            values, copied, copies = {}, {}, CopyStream()
             try:
                 for name in self.parameters + self.others:
                     found = scope.find_var(name)
-                    if found is not None and found.get_tensor()._is_initialized():
+                    if found is None or not found.get_tensor()._is_initialized():
+                        continue
+                    tensor = found.get_tensor()
+                    value = self._held.hold(name, tensor, kept) if name in held else None
+                    if value is None:
                         spare = self._spare.get(name)
-                        values[name] = _copy_of(found.get_tensor(), spare if id(spare) not in kept else None, copies)
+                        value = copied[name] = _copy_of(tensor, spare if id(spare) not in kept else None, copies)
+                    values[name] = value
             finally:
                 copies.finish()  # into the arrays of the commit before the last, on several threads
         finally:
             for engine in sharded:
                 engine.sharded.release()  # ZeRO-1's memory saving again
-        self._spare, self._last = self._last, values
+        self._spare, self._last = self._last, copied
         scheduler = getattr(self.program, "lr_scheduler", None)
         return {"scope": values, "engines": accumulation,
                 "scheduler": copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None}
@@ -161,6 +179,10 @@ class ProgramState:
 
         scope = self.scope
         for name, value in snapshot["scope"].items():
+            if name in self._held.names and self._held.holds(name, value):
+                self._held.restore_held(name)  # no copy: the scope takes the commit's memory back
+                continue
+            self._held.detach(name)  # set() writes into the variable's memory: not a commit's
             scope.var(name).get_tensor().set(value, paddle.CPUPlace())
         scheduler = getattr(self.program, "lr_scheduler", None)
         if scheduler is not None and snapshot["scheduler"] is not None:
@@ -201,6 +223,7 @@ class ProgramState:
                               "optimizer updates")
         scope, before, after = self.scope, [], []
         for name in self.learning_rates:
+            self._held.detach(name)
             tensor = scope.find_var(name).get_tensor()
             value = np.array(tensor)
             before.append(f"{name} {float(value.reshape(-1)[0]):g}")

@@ -130,6 +130,9 @@ class Engine:
         # The backend's whole step for inputs like the last step's, where it has one (the CPU
         # backend's StepPlan): made after a step of the full path, used until a step differs.
         self._plan = None
+        # Where the next step writes the new values of state whose memory an elastic commit holds
+        # (elastic/held_state.py): ``destination(name)`` -> an array or None, ``written(names)``.
+        self.state_destinations = None
         _ENGINES[self.id] = self
         self.output_codes = [PADDLE_DATATYPE_CODE[function.results[FETCH_PREFIX + n].dtype] for n in fetch_names]
         results = list(function.results)
@@ -180,7 +183,7 @@ class Engine:
 
     def run(self, arrays, dtype_codes):
         plan = self._plan
-        if plan is not None:
+        if plan is not None and not (self.state_destinations is not None and self.state_destinations.pending):
             # None: these inputs differ from those the plan was made for (nothing was run).
             fetched = plan.run(arrays, dtype_codes)
             if fetched is not None:
@@ -273,7 +276,11 @@ class Engine:
             if variant is self.apply:  # the accumulate variant has no update, so no slices
                 arrays += self.sharded.arrays
         begin = time.monotonic() if self.timeline is not None else 0.0
-        outputs = variant.executable.call(arrays, self.transport)
+        elsewhere = self._destinations(variant) if self.state_destinations is not None else None
+        if elsewhere and getattr(variant.executable, "writes_elsewhere", False):
+            outputs = variant.executable.call(arrays, self.transport, outputs=elsewhere)
+        else:
+            outputs = variant.executable.call(arrays, self.transport)
         if self.timeline is not None:
             self._record_timeline(variant.executable, begin, time.monotonic())
         stats = getattr(variant.executable, "comm_stats", None)
@@ -281,7 +288,12 @@ class Engine:
             wait, comm = stats()
             self.wait_seconds += wait
             self.comm_seconds += comm
-        write_back(outputs, arrays, variant.state_writeback)
+        if elsewhere:
+            write_back(outputs, [elsewhere.get(i, a) for i, a in enumerate(arrays)], variant.state_writeback)
+            parameters = variant.function.parameters
+            self.state_destinations.written([parameters[i].name for i in elsewhere])
+        else:
+            write_back(outputs, arrays, variant.state_writeback)
         if self.handed_out:
             self._hand_over(variant.executable, outputs, paddle_inputs)
         fetched = [(code, outputs[pos]) for code, pos in zip(self.output_codes, variant.fetch_positions)]
@@ -289,6 +301,17 @@ class Engine:
             self.updates += 1
         self.steps += 1
         return fetched
+
+    def _destinations(self, variant) -> dict:
+        """Input index -> the memory this step writes that input's new value to, for the state an
+        elastic commit holds (the input's own memory is the commit's)."""
+        parameters, destinations = variant.function.parameters, self.state_destinations
+        found = {}
+        for _, i in variant.state_writeback:
+            target = destinations.destination(parameters[i].name)
+            if target is not None:
+                found[i] = target
+        return found
 
     def _hand_over(self, executable, outputs, paddle_inputs):
         """Stores the values later segments read. A view of a Paddle input (a Reshape of a feed)

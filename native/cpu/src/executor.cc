@@ -97,6 +97,11 @@ int Executor::add_input_buffer(int input_index, int64_t nbytes) {
   return static_cast<int>(buffers_.size()) - 1;
 }
 
+int Executor::add_output_buffer(int input_index, int64_t nbytes) {
+  buffers_.push_back({BufferKind::Output, 0, nbytes, input_index, {}});
+  return static_cast<int>(buffers_.size()) - 1;
+}
+
 int Executor::add_constant_buffer(const void* data, int64_t nbytes) {
   Buffer b{BufferKind::Constant, 0, nbytes, -1, {}};
   b.storage.resize(static_cast<size_t>(nbytes) + kAlignment);
@@ -173,6 +178,7 @@ void* Executor::resolve(int buffer) const {
   switch (b.kind) {
     case BufferKind::Arena: return arena_ + b.offset;
     case BufferKind::Input: return inputs_[b.index];
+    case BufferKind::Output: return outputs_[b.index];
     case BufferKind::Constant: {
       auto address = reinterpret_cast<uintptr_t>(b.storage.data());
       return const_cast<uint8_t*>(b.storage.data()) + ((kAlignment - address % kAlignment) % kAlignment);
@@ -283,17 +289,18 @@ class ComputeThread {
 
 }  // namespace
 
-void Executor::run(void* const* inputs, int n_inputs) {
-  if (threads_ == 1) ComputeThread::instance().call_here([&] { run_here(inputs, n_inputs); });
-  else ComputeThread::instance().call([&] { run_here(inputs, n_inputs); });
+void Executor::run(void* const* inputs, int n_inputs, void* const* outputs) {
+  if (threads_ == 1) ComputeThread::instance().call_here([&] { run_here(inputs, n_inputs, outputs); });
+  else ComputeThread::instance().call([&] { run_here(inputs, n_inputs, outputs); });
 }
 
-void Executor::run_here(void* const* inputs, int n_inputs) {
+void Executor::run_here(void* const* inputs, int n_inputs, void* const* outputs) {
   PDNG_CHECK(!broken_, "this executable failed earlier with collectives in flight and cannot run again");
   PDNG_CHECK(n_inputs == num_inputs_,
              "the function takes " + std::to_string(num_inputs_) + " inputs, got " + std::to_string(n_inputs));
   if (threads_ > 0) set_num_threads(threads_);
   inputs_ = inputs;
+  outputs_ = outputs != nullptr ? outputs : inputs;
   bind();  // inputs may move between steps; binding is a pass over pointers, no allocation
   wait_seconds_ = 0;
   comm_seconds_ = 0;

@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import ExecutionError, TransportError
 from ..base import check_input
 from ...ir import Function, clone_function
+from ...ir.ops import Parameter
 from ...ir.ops.collective import COLLECTIVE_OPS
 from ...passes import PassManager
 from ...passes.eliminate_duplicates import EliminateDuplicates
@@ -98,26 +99,41 @@ class Specialization:
         live = self.liveness
         root_buffer = {}
         index = {p.id: i for i, p in enumerate(self.function.parameters)}
+        # The parameters that results overwrite in place get a second buffer, which those results
+        # (and views of them) are written to: the parameter's memory, unless a call gives other
+        # memory for it (``call``'s ``outputs``). The parameter's own value is read from the input.
+        overwritten = set(live.inplace.values())
+        output_buffer = {}
         for key, root in live.roots.items():
             if root.kind == "arena":
                 root_buffer[key] = native.add_arena_buffer(self.memory.offsets[key], root.nbytes)
             elif root.kind == "input":
                 root_buffer[key] = native.add_input_buffer(index[key[1]], root.nbytes)
+                if key[1] in overwritten:
+                    output_buffer[key] = native.add_output_buffer(index[key[1]], root.nbytes)
         for node in self.function.ordered_nodes():
             if node.op_type == "Constant":
                 value = np.ascontiguousarray(node.attrs["value"], dtype=node.output_types[0].dtype.numpy)
                 root_buffer[("value", node.id, 0)] = native.add_constant_buffer(value.reshape(-1).view(np.uint8))
         value_buffer = {}
 
+        def replaces_input(output) -> bool:
+            """Whether a value in an overwritten parameter's storage is a new value (an in-place
+            result or a view of one) rather than the parameter or a view of it."""
+            while output.node.op_type == "Reshape":
+                output = output.node.inputs[0]
+            return not isinstance(output.node, Parameter)
+
         def buffer_of(output):
             value = (output.node.id, output.index)
             if value not in value_buffer:
                 root = live.value_root[value]
+                base = output_buffer[root] if root in output_buffer and replaces_input(output) else root_buffer[root]
                 offset, nbytes = live.value_offset[value], output.type.nbytes()
                 if offset == 0 and nbytes == live.roots[root].nbytes:
-                    value_buffer[value] = root_buffer[root]
+                    value_buffer[value] = base
                 else:
-                    value_buffer[value] = native.add_view_buffer(root_buffer[root], offset, nbytes)
+                    value_buffer[value] = native.add_view_buffer(base, offset, nbytes)
             return value_buffer[value]
 
         collective_index = {}
@@ -270,8 +286,14 @@ class CPUExecutable(Executable):
         """How the last step's native allreduce reached the other ranks (e.g. hierarchical)."""
         return self.last.native.communicator if self.last is not None else "none"
 
-    def call(self, inputs, transport=None):
-        """Runs one step. The outputs are views of the executable's arena, valid until its next call."""
+    # call() takes ``outputs``: the engine may give new memory for the values that replace inputs.
+    writes_elsewhere = True
+
+    def call(self, inputs, transport=None, outputs=None):
+        """Runs one step. The outputs are views of the executable's arena, valid until its next call.
+        ``outputs``: input index -> an array of the input's dtype and shape into which the results
+        that replace that input are written (where the backend writes them in place: every other
+        result replacing it is copied there by ``write_back``), instead of into the input."""
         if len(inputs) != len(self._expected):
             raise ExecutionError(f"function '{self.function.name}' takes {len(self._expected)} inputs, got {len(inputs)}")
         arrays = []
@@ -285,10 +307,15 @@ class CPUExecutable(Executable):
         if specialization.collectives:
             specialization.progress_base = specialization.native.collective_progress()
         self.last = specialization
-        outputs = specialization.native.run(arrays)
+        if outputs:
+            results = specialization.native.run(arrays, outputs)
+            for position, index in specialization.result_is_input.items():
+                results[position] = outputs.get(index, arrays[index])
+            return results
+        results = specialization.native.run(arrays)
         for position, index in specialization.result_is_input.items():
-            outputs[position] = arrays[index]
-        return outputs
+            results[position] = arrays[index]
+        return results
 
     def results_in_inputs(self) -> frozenset:
         """Positions of the last call's results that share memory with one of its inputs."""

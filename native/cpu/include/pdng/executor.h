@@ -90,6 +90,9 @@ class Executor {
   void set_arena_size(int64_t nbytes);
   int add_arena_buffer(int64_t offset, int64_t nbytes);
   int add_input_buffer(int input_index, int64_t nbytes);
+  // Where new values of input `input_index` are written (a parameter updated in place): the
+  // input's own memory, unless the run is given other memory for it (run's `outputs`).
+  int add_output_buffer(int input_index, int64_t nbytes);
   int add_constant_buffer(const void* data, int64_t nbytes);  // copied
   int add_view_buffer(int base_buffer, int64_t byte_offset, int64_t nbytes);
   // A compute step; creates its kernel now (throws Error naming the node).
@@ -124,7 +127,10 @@ class Executor {
   // Throws Error naming the node. Safe to call without the GIL, from any thread: the step runs on
   // the process's one compute thread (executor.cc, ComputeThread), or with one thread (set_threads(1))
   // on the calling thread, serialized with that thread's steps.
-  void run(void* const* inputs, int n_inputs);
+  // `outputs` (nullptr: the inputs): per input, the memory its output buffers resolve to in this
+  // run. An elastic commit keeps the parameters' memory as it is and has the next step write the
+  // updated values elsewhere, so that committing copies nothing.
+  void run(void* const* inputs, int n_inputs, void* const* outputs = nullptr);
   void* result_data(int i) const;
   int64_t arena_bytes() const { return arena_size_; }
   int num_steps() const { return static_cast<int>(steps_.size()); }
@@ -150,7 +156,7 @@ class Executor {
   const std::vector<double>& collective_trace() const { return collective_trace_; }
 
  private:
-  enum class BufferKind { Arena, Input, Constant, View };
+  enum class BufferKind { Arena, Input, Output, Constant, View };
   struct Buffer {
     BufferKind kind;
     int64_t offset = 0;  // arena offset or byte offset into `base`
@@ -192,7 +198,7 @@ class Executor {
     std::vector<Tensor> in_tensors, out_tensors;  // prepared once, data rebound per run
   };
 
-  void run_here(void* const* inputs, int n_inputs);
+  void run_here(void* const* inputs, int n_inputs, void* const* outputs);
   // Collectives of one run: started (queued) and waited for; a failure with some started and not
   // waited for leaves them in flight (fail_in_flight).
   struct InFlight {
@@ -230,6 +236,7 @@ class Executor {
   std::vector<int> results_;
   int num_inputs_ = 0;
   void* const* inputs_ = nullptr;
+  void* const* outputs_ = nullptr;
   int threads_ = 0;
 
   std::shared_ptr<Communicator> comm_;
