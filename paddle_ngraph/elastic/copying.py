@@ -29,12 +29,18 @@ except ImportError:  # the native library is not built
 _NUMPY = {f"paddle.{name}": np.dtype(name) for name in
           ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")}
 _NUMPY["paddle.bfloat16"] = np.dtype(np.uint16)
+_BY_DTYPE: dict = {}  # the same, by the dtype objects met so far
 
 
 def memory_view(address: int, paddle_dtype, shape) -> np.ndarray | None:
     """A NumPy view of a dense CPU tensor's memory (its address, Paddle dtype and shape); None
     where there is none to make (no native library, an unknown dtype, no element)."""
-    dtype = _NUMPY.get(str(paddle_dtype))
+    try:
+        dtype = _BY_DTYPE[paddle_dtype]  # hashing a Paddle dtype: 0.5 us; its str(): 2-6 us
+    except KeyError:
+        dtype = _BY_DTYPE[paddle_dtype] = _NUMPY.get(str(paddle_dtype))
+    except TypeError:  # not hashable
+        dtype = _NUMPY.get(str(paddle_dtype))
     if _array_at is None or dtype is None or not address:
         return None
     shape = tuple(shape)

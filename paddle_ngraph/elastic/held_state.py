@@ -106,12 +106,12 @@ class HeldState:
             return None
         if name not in self._pending:  # a step wrote elsewhere since the last commit (or none was)
             previous = self._held.get(name)
-            if (previous is not None and previous[0]._ptr() != keeper._ptr() and _same_layout(previous[0], keeper)
-                    and id(previous[1]) in kept):
-                spare = previous[0]  # the last commit's memory: this commit replaces it
+            if (previous is not None and id(previous[1]) in kept and previous[1].ctypes.data != view.ctypes.data
+                    and previous[1].shape == view.shape and previous[1].dtype == view.dtype):
+                self._pending[name] = previous  # the last commit's memory: this commit replaces it
             else:
                 spare = _fresh_like(keeper)
-            self._pending[name] = (spare, _view(spare))
+                self._pending[name] = (spare, _view(spare))
         self._held[name] = (keeper, view)
         return view
 

@@ -134,3 +134,59 @@ def test_state_written_from_outside_after_a_commit_leaves_the_commit_whole(ir, t
         np.testing.assert_array_equal(committed, before)
         run.steps(1)  # nothing is written elsewhere for it any more; the others still are
         np.testing.assert_array_equal(committed, before)
+
+
+OPTIMIZERS = {
+    "sgd": lambda: paddle.optimizer.SGD(0.05),
+    "momentum": lambda: paddle.optimizer.Momentum(0.05, momentum=0.9),
+    "nesterov_decay": lambda: paddle.optimizer.Momentum(0.05, momentum=0.9, use_nesterov=True, weight_decay=0.01),
+    "adamw": lambda: paddle.optimizer.AdamW(0.01, weight_decay=0.02),
+    "lamb": lambda: paddle.optimizer.Lamb(0.01),
+}
+
+
+def _build(optimizer: str, dtype: str):
+    """Layers of 6 x 333 and 333 x 1: sizes that are no multiple of the kernels' tiles or vectors."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, 6], dtype)
+        y = paddle.static.data("y", [-1, 1], dtype)
+        hidden = paddle.nn.functional.relu(paddle.nn.Linear(6, 333)(x))
+        loss = paddle.nn.functional.mse_loss(paddle.nn.Linear(333, 1)(hidden), y)
+        OPTIMIZERS[optimizer]().minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_updates_written_elsewhere_equal_updates_in_place(optimizer, dtype, backend):
+    """Committing at every step (every update written to other memory) trains bit for bit as not
+    committing at all (every update in place)."""
+    with ir_guard("pir"):
+        paddle.set_default_dtype(dtype)
+        try:
+            paddle.seed(0)
+            main, startup, loss = _build(optimizer, dtype)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            scope = paddle.static.global_scope()
+
+            def train(commit: bool):
+                state = elastic.State(program=main, step=0)
+                initial = persistables(state)
+                program, (fetch,) = state.transpile([loss], backend=backend)
+                for step in range(4):
+                    feed = {k: v.astype(dtype) for k, v in batch(step, 0, 1).items()}
+                    exe.run(program, feed=feed, fetch_list=[fetch])
+                    if commit:
+                        state.commit()
+                if commit:
+                    assert state._part._held.names, "nothing was held"
+                trained = persistables(state)
+                for name, value in initial.items():  # back to the start for the other run
+                    scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
+                return trained
+
+            _same(train(commit=True), train(commit=False))
+        finally:
+            paddle.set_default_dtype("float32")
