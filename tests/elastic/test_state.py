@@ -135,3 +135,16 @@ def test_a_float_learning_rate_is_part_of_the_commit():
     opt.set_lr(0.05)  # a fresh rank's own optimizer
     state.restore()
     assert opt.get_lr() == 0.05 * (2 / 3)
+
+
+def test_a_float_learning_rate_is_written_with_the_commit_and_read_back(tmp_path):
+    """A job resumed from disk after on_resize scaled a float rate goes on at the scaled rate."""
+    model = paddle.nn.Linear(2, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
+    state = elastic.State(model, opt, checkpoint_dir=str(tmp_path), step=0)
+    opt.set_lr(0.05 * (2 / 3))
+    state.commit(save=True)
+    fresh = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
+    resumed = elastic.State(model, fresh, checkpoint_dir=str(tmp_path), step=0)
+    assert resumed.load() == 1
+    assert fresh.get_lr() == 0.05 * (2 / 3)
