@@ -225,6 +225,9 @@ def _engine_call_class():
             ctx.engine = engine
             ctx.num_args = num_args
             ctx.param_names = engine.grad_param_names(compiled)
+            constant = compiled.capture.no_grad_outputs
+            if constant:  # as in Paddle: no gradient reaches them, so they are stop_gradient
+                ctx.mark_non_differentiable(*[outputs[i] for i in constant])
             return tuple(outputs)
 
         @staticmethod
