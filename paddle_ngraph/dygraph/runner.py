@@ -225,6 +225,9 @@ def _engine_call_class():
             ctx.engine = engine
             ctx.num_args = num_args
             ctx.param_names = engine.grad_param_names(compiled)
+            constant = compiled.capture.no_grad_outputs
+            if constant:  # as in Paddle: no gradient reaches them, so they are stop_gradient
+                ctx.mark_non_differentiable(*[outputs[i] for i in constant])
             return tuple(outputs)
 
         @staticmethod
@@ -442,23 +445,36 @@ class LayerEngine:
         return self.layer(*args, **(kwargs or {}))
 
     def _arm_eager_allreduce(self):
-        """After the eager backward has accumulated every parameter's gradient, average them (the
-        last post-accumulation hook to fire does it)."""
-        params = [p for p in self.layer.parameters() if not p.stop_gradient]
-        if getattr(self, "_eager_hooks", None) is None:
-            self._eager_hooks = []
-            self._eager_ready = set()
+        """Averages the gradients once the eager backward is over: Paddle's final backward hook
+        (it fires once, at the end of the next backward), armed here at the forward, so every rank
+        arms it whichever parameters its own backward reaches. (Waiting for every parameter's
+        gradient would never average a Layer with a parameter its forward does not use, nor one
+        whose ranks use different parameters: each rank would train on its own gradients.)"""
+        if getattr(self, "_eager_armed", False):
+            return  # several forwards, one backward: one average of what they accumulated
+        from paddle.base import core
 
-            def make_hook(p):
-                def hook():
-                    self._eager_ready.add(p.name)
-                    if len(self._eager_ready) == len(params):
-                        self._eager_ready.clear()
-                        self.allreduce_grads(params)
-                return hook
+        self._eager_armed = True
 
-            for p in params:
-                self._eager_hooks.append(p._register_backward_hook(make_hook(p)))
+        def after_backward():
+            self._eager_armed = False
+            self._allreduce_eager_grads([p for p in self.layer.parameters() if not p.stop_gradient])
+
+        core.eager._add_backward_final_hook(after_backward)
+
+    def _allreduce_eager_grads(self, params):
+        """``allreduce_grads`` for an eager backward, where the ranks may have gradients for
+        different parameters: a parameter some rank has a gradient for gets zeros on the others
+        before the average (as paddle.DataParallel with find_unused_parameters); one no rank
+        has a gradient for keeps none, as in one process on the whole batch."""
+        import paddle
+
+        present = np.array([p.grad is not None for p in params], np.float32)
+        anywhere = self.dp_transport.allreduce_many([present], "sum", name="dygraph_eager_grad_flags")[0]
+        for p, count in zip(params, anywhere):
+            if count > 0 and p.grad is None:
+                p._set_grad_ivar(paddle.zeros(p.shape, p.dtype))
+        self.allreduce_grads([p for p, count in zip(params, anywhere) if count > 0])
 
     def allreduce_grads(self, params):
         """Averages ``param.grad`` in place over the ranks, bucketed (the rare paths: eager Layers,

@@ -55,12 +55,13 @@ class SegmentedCapture:
     num_outputs: int
     grads: list[str]
     input_grads: list[int]
+    no_grad_outputs: list[int]
 
 
 def plan_pieces(traced, lacking: set) -> list[Piece]:
     """``lacking``: ids of the ops the engine does not run. Ops whose values nothing reads are
     left out (the seeds' ``full_like`` among them: the output gradients replace them)."""
-    seeds = set(traced.seeds)
+    seeds = {s for s in traced.seeds if s is not None}
     wanted = set(traced.outputs) | {g for g in traced.x_grads if g} | set(traced.p_grads.values())
     ops = [op for op in traced.ops if op.type not in SKIPPED_OPS and op.type not in SOURCE_OPS
            and not (set(op.output_names()) & seeds)]
@@ -168,7 +169,7 @@ class SegmentedCompiled:
         self.pieces = plan_pieces(traced, lacking)
         self.reasons = {op.type: ("no converter" if op.type not in OP_TABLE else _LOCATION.sub("", refused[id(op)]))
                         for piece in self.pieces if not piece.on_engine for op in piece.ops}
-        graph_inputs = set(traced.data) | set(traced.params) | set(traced.seeds)
+        graph_inputs = set(traced.data) | set(traced.params) | {s for s in traced.seeds if s is not None}
         unmade: set = set()
         self.runners = []
         executor = engine.paddle_executor()
@@ -185,13 +186,15 @@ class SegmentedCompiled:
         available = made | graph_inputs
         grads = [p for p in traced.params if traced.p_grads.get(p) in available]
         input_grads = [i for i, g in enumerate(traced.x_grads) if g is not None and g in available]
-        self.capture = SegmentedCapture(traced.outputs_structure, len(traced.outputs), grads, input_grads)
+        self.capture = SegmentedCapture(traced.outputs_structure, len(traced.outputs), grads, input_grads,
+                                        [i for i, seed in enumerate(traced.seeds) if seed is None])
         self.averaged_in_engine = self._average_in_engines(engine, grads)
         backward_reads = {n for piece in self.pieces if piece.phase == BACKWARD_PHASE for n in piece.inputs}
         backward_reads |= {traced.p_grads[p] for p in grads} | {traced.x_grads[i] for i in input_grads}
         forward_made = {n for piece in self.pieces if piece.phase == FORWARD_PHASE for n in piece.outputs}
         self.saved = sorted((forward_made - unmade) & backward_reads)
-        self.trains = bool(traced.seeds)
+        # No gradient reaching a parameter or an input: forward only, as Paddle's outputs carry none.
+        self.trains = any(s is not None for s in traced.seeds) and bool(grads or input_grads)
         self.pending = None  # the runner's record of the last training forward, until its backward
         self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
@@ -250,7 +253,7 @@ class SegmentedCompiled:
         synchronizing backward), those the engine segments make."""
         env = self._env(args, params)
         env.update(saved)
-        env.update(zip(self.traced.seeds, seeds))
+        env.update((name, value) for name, value in zip(self.traced.seeds, seeds) if name is not None)
         for piece, runner in zip(self.pieces, self.runners):
             if piece.phase == BACKWARD_PHASE:
                 if piece.on_engine:

@@ -69,6 +69,7 @@ class Capture:
     grads: list[str] = field(default_factory=list)      # parameters that get a gradient
     input_grads: list[int] = field(default_factory=list)  # positional inputs that get a gradient
     state: list[str] = field(default_factory=list)      # buffers the forward updates
+    no_grad_outputs: list[int] = field(default_factory=list)  # outputs no gradient reaches (stop_gradient in Paddle)
 
 
 # The translator reads the source of what it converts and refuses ``*args``: one holder forward
@@ -172,7 +173,7 @@ class Traced:
     data: list[str]
     params: list[str]
     outputs: list[str]
-    seeds: list[str]
+    seeds: list                   # per output; None where no gradient reaches it
     x_grads: list
     p_grads: dict
 
@@ -247,11 +248,12 @@ def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced |
         info = view.vars[out]
         param = Parameter(name=f"{SEED_PREFIX}{i}", dtype=info.dtype.value, shape=tuple(info.shape), role=Role.SEED)
         session.parameters.append(param)
-        session.env[seed] = param.output()
+        if seed is not None:
+            session.env[seed] = param.output()
         seed_params.append(param.name)
     for n in data + params:
         session.value(n)
-    seed_set = set(seeds)
+    seed_set = {s for s in seeds if s is not None}
     try:
         session.convert_ops([op for op in ops if not (set(op.output_names()) & seed_set)])
     except ConversionError as e:
@@ -266,9 +268,15 @@ def capture(layer, args: list, training: bool, with_grad: bool, traced: Traced |
         results[result] = session.env[p_grads[p]]
     for result, i in zip(input_grad_results, input_grads):
         results[result] = session.env[x_grads[i]]
+    if with_grad and not (grads or input_grads):
+        # No gradient reaches a parameter or an input (the outputs are constants, or stop_gradient
+        # cuts every path): Paddle's own outputs carry no gradient, so the Layer runs forward only.
+        with_grad = False
+        session.parameters[:] = [p for p in session.parameters if p.role is not Role.SEED]
     whole = Function(session.parameters, results, name=traced.type_name)
     capture = Capture(inputs=data, params=params, outputs=traced.outputs_structure, num_outputs=len(outputs),
-                      forward=whole, grads=grads, input_grads=input_grads, state=state)
+                      forward=whole, grads=grads, input_grads=input_grads, state=state,
+                      no_grad_outputs=[i for i, seed in enumerate(seeds) if seed is None])
     if with_grad:
         split: Split = split_backward(whole, seed_params, forward_results, grad_results + input_grad_results)
         capture.forward, capture.backward, capture.saved = split.forward, split.backward, split.saved
@@ -316,7 +324,9 @@ def _program_values(view, ops, partial, runnable):
     shadow = {op.attrs["outputname"]: op.input_names()[0] for op in ops
               if op.type == "builtin.shadow_output" and op.input_names()}
     outputs = [shadow[n] for n in runnable.out_names]
-    seeds = [shadow[n] for n in runnable.o_grad_names]
+    # An output no gradient reaches (a constant, or computed from stop_gradient values only) has
+    # the placeholder instead of a seed: None here, and nothing in the backward reads it.
+    seeds = [shadow[n] if n != FAKE else None for n in runnable.o_grad_names]
     x_grads = [shadow.get(n) if n != FAKE else None for n in runnable.x_grad_names]
     p_grads = {p: shadow.get(g) for p, g in zip(runnable.param_names, runnable.p_grad_names) if g != FAKE}
     return outputs, seeds, x_grads, p_grads

@@ -53,7 +53,25 @@ class BranchOnValue(MLP):
         return self.fc2(h)
 
 
-LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue}
+class RoutedRows(MLP):
+    """Eager (a branch on a tensor's value): the rows whose first feature is above 1 also go through
+    fc_pos, so a rank whose shard has no such row leaves fc_pos without a gradient while another
+    rank has one; ``unused`` never gets a gradient on any rank."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc_pos, self.unused = nn.Linear(32, 8), nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        out = self.fc2(h)
+        rows = paddle.nonzero(x[:, 0] > 1.0).flatten()
+        if rows.numel() > 0:
+            out = out + paddle.scatter(paddle.zeros_like(out), rows, self.fc_pos(paddle.gather(h, rows)))
+        return out
+
+
+LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue, "routed": RoutedRows}
 
 
 def make_optimizer(kind, parameters):
@@ -144,7 +162,7 @@ def main():
         train(resumed, opt2, data[3:], lo, hi, resumed.no_sync if args.no_sync else None)
         result.update({f"resumed:{k}": v for k, v in params_of(resumed_layer).items()})
     if rank == 0:
-        reference = LAYERS["mlp"]()
+        reference = LAYERS[args.layer]()
         reference.set_state_dict({k: paddle.to_tensor(v) for k, v in initial.items()})
         ref_opt = make_optimizer(args.opt, reference.parameters())
         ref_losses = train(reference, ref_opt, data, 0, GLOBAL_BATCH)

@@ -73,3 +73,17 @@ def test_uncapturable_layer_runs_eagerly_with_one_message(tmp_path, layer):
     assert len(said) == 2, said  # one per rank
     reason = ".numpy()" if layer == "numpy" else "control flow on tensor values"
     assert all(reason in line and "Layer " in line for line in said), said
+
+
+def test_eager_layer_whose_ranks_reach_different_parameters(tmp_path):
+    # Some steps give one rank's shard rows for fc_pos and the other's none, and one parameter is
+    # never used: the gradients are still averaged after every backward (zeros where a rank has
+    # none), equal to one process on the whole batch, the unused parameter left without gradient.
+    import dygraph_worker
+
+    x = np.stack([x for (x, _), in dygraph_worker.batches(1)])[:, :, 0] > 1.0  # steps x rows
+    half = dygraph_worker.GLOBAL_BATCH // 2
+    assert any(a.any() != b.any() for a, b in zip(x[:, :half], x[:, half:]))  # the case this covers
+    run_mpi(tmp_path, 2, "--layer", "routed", "--opt", "momentum")
+    engine = check(tmp_path, 2)[0]["engines"][0]
+    assert engine["steps"] == 0 and engine["eager_steps"] == 6 and engine["updates"] == 6

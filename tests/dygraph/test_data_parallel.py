@@ -211,3 +211,54 @@ def test_tensor_parallelism_without_fleets_hybrid_groups_is_refused():
     with pytest.raises(paddle_ngraph.ConfigError, match="mp_degree 2 in dygraph: the tensor-parallel layers need "
                                                         "Paddle's hybrid groups; call fleet.init"):
         paddle_ngraph.DataParallel(TwoOutputs(), mp_degree=2)
+
+
+class ConstantOutput(nn.Layer):
+    """A forward whose output no gradient reaches: a constant made in forward, the parameters unused."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return paddle.full([1], 0.5, dtype="float32") + x.shape[0] * 0.0
+
+
+class ConstantBeside(nn.Layer):
+    """Two outputs: one trains the Linear, the other is a constant (its gradient's placeholder seed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x), paddle.full([2], 1.5, dtype="float32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_no_gradient_reaches_train_like_paddle(backend):
+    # Paddle's outputs carry no gradient here (the constant's seed is Paddle's placeholder
+    # variable): the Layer still runs on the engine, the constant equals Paddle's, and the output
+    # beside it trains as in Paddle.
+    rng = np.random.default_rng(3)
+    for cls in (ConstantOutput, ConstantBeside):
+        reference, model = pair(cls, backend=backend)
+        o1 = paddle.optimizer.SGD(0.1, parameters=reference.parameters())
+        o2 = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        for _ in range(3):
+            x = paddle.to_tensor(rng.standard_normal((4, 4)).astype("float32"))
+            outputs = []
+            for m, o in ((reference, o1), (model, o2)):
+                out = m(x)
+                out = out if isinstance(out, tuple) else (out,)
+                assert out[-1].stop_gradient
+                trained = [t for t in out if not t.stop_gradient]
+                if trained:
+                    sum(t.square().sum() for t in trained).backward()
+                o.step()
+                o.clear_grad()
+                outputs.append([t.numpy() for t in out])
+            for a, b in zip(*outputs):
+                np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        assert_state_close(reference, model)
+        assert model.engine.eager_steps == 0 and model.engine.steps == 3
