@@ -2,22 +2,21 @@
 
 Copying is what a static program's commit cost (resnet18: 85 MB, 9-16 ms, bound by memory
 bandwidth). But the engines update parameters and optimizer state by reading every element of
-the old value and writing the new one, which they can as well write elsewhere. So a commit keeps
-the scope's current memory of each such variable as the commit's (a second Paddle tensor sharing
-it, so that Paddle keeps it alive), and the next step that updates the variable reads it there and
-writes the new value into spare memory, which then becomes the variable's memory in the scope
-(``DenseTensor._share_data_with``). Two buffers per variable take turns, as the copying commit's
-did: the spare is the memory of the commit before (free once this one is made), or new memory at
-the first commit.
+the old value and writing the new one, which they can as well write elsewhere. So each such
+variable gets two buffers (Paddle tensors) that take turns: the scope's variable shares one (the
+live one); a commit takes the live buffer's memory as it is, and the next step that updates the
+variable reads it there and writes the new value into the other buffer, which the scope's variable
+then shares (``DenseTensor._share_data_with``). The other buffer held the commit before, which
+this commit replaced. A commit thus costs a few dictionary lookups per variable.
 
 Only state that engines alone write, every step, qualifies (``eligible``): each engine of the
 plain schedule (no accumulation, no ZeRO-1 slices) writes back the same state at every step, and
 no op left to Paddle writes it. Everything else a commit copies as before. Between a commit and
 the next step, state must not be written from outside in place (``tensor.set`` reuses the
-memory): ``detach`` gives the variable memory of its own first.
+memory): ``detach`` gives the variable the other buffer first, with a copy of the value.
 
-After a failure, ``restore_held`` puts a commit's memory back into the scope without copying,
-and the next step writes elsewhere again.
+After a failure, ``restore_held`` has the scope's variable share the commit's buffer again (no
+copy), and the next step writes into the other one.
 """
 from __future__ import annotations
 
@@ -43,14 +42,6 @@ def _sharing(tensor):
     return other
 
 
-def _view(tensor):
-    return memory_view(tensor._ptr(), tensor._dtype(), tensor.shape())
-
-
-def _same_layout(a, b) -> bool:
-    return a.shape() == b.shape() and a._dtype() == b._dtype()
-
-
 def eligible(engines) -> set[str]:
     """The variables the engines alone update at every step, in place (see the module docstring)."""
     from ..transpiler.schedules import Schedule
@@ -68,87 +59,125 @@ def eligible(engines) -> set[str]:
     return written - refused
 
 
+class _Buffers:
+    """One variable's two buffers: Paddle tensors (which keep the memory alive), NumPy arrays of
+    their memory, their addresses, and which one the scope's variable shares."""
+
+    __slots__ = ("tensors", "arrays", "addresses", "live")
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+        self.arrays = [memory_view(t._ptr(), t._dtype(), t.shape()) for t in tensors]
+        self.addresses = [t._ptr() for t in tensors]
+        self.live = 0
+
+    @property
+    def usable(self) -> bool:
+        return all(a is not None for a in self.arrays)
+
+
 class HeldState:
-    """The held memory of one program's state: ``hold`` at a commit, ``destination``/``written``
-    for the engines' next step, ``restore_held``/``detach`` for the rest of ProgramState."""
+    """The two buffers of each held variable of one program: ``hold`` at a commit,
+    ``destination``/``written`` for the engines' next step, ``restore_held``/``detach`` for the
+    rest of ProgramState."""
 
     def __init__(self, scope_of):
         self._scope_of = scope_of  # () -> the scope the program runs in
         self.names: set[str] = set()  # eligible for the current program (``eligible``)
-        self._held: dict = {}     # name -> (Paddle tensor sharing the last commit's memory, its array)
-        self._pending: dict = {}  # name -> (Paddle tensor, its array): where the next update goes
+        self._buffers: dict[str, _Buffers] = {}
+        # The buffers a variable had before it got new ones: the last commit may still be theirs.
+        self._retired: dict[str, _Buffers] = {}
+        self._pending: dict[str, _Buffers] = {}  # variables whose next update goes to the other buffer
+        self._tensors: dict = {}  # name -> the scope's tensor (its Python handle, looked up once)
+        self._tensors_scope = None
 
     @property
     def pending(self) -> bool:
         return bool(self._pending)
 
+    def tensor(self, name: str):
+        """The scope's tensor of ``name`` (None: no such variable)."""
+        scope = self._scope_of()
+        if scope is not self._tensors_scope:
+            self._tensors, self._tensors_scope = {}, scope
+        found = self._tensors.get(name)
+        if found is None:
+            var = scope.find_var(name)
+            if var is None:
+                return None
+            found = self._tensors[name] = var.get_tensor()
+        return found
+
+    def pending_now(self) -> dict:
+        return dict(self._pending)
+
+    def pending_reset(self, pending: dict):
+        """Back to what ``pending_now`` returned (a commit failed half-way: the last stays)."""
+        self._pending = dict(pending)
+
     # --- the engines' side ------------------------------------------------------------------------
     def destination(self, name: str):
         found = self._pending.get(name)
-        return found[1] if found is not None else None
+        return found.arrays[1 - found.live] if found is not None else None
 
     def written(self, names):
-        """The step wrote the new values of ``names`` into their destinations: the scope's
-        variables take that memory (the commit keeps the old)."""
-        scope = self._scope_of()
+        """The step wrote the new values of ``names`` into their other buffers: the scope's
+        variables share those now (the commit keeps the old)."""
         for name in names:
-            spare, _ = self._pending.pop(name)
-            scope.find_var(name).get_tensor()._share_data_with(spare)
+            buffers = self._pending.pop(name)
+            buffers.live = 1 - buffers.live
+            self.tensor(name)._share_data_with(buffers.tensors[buffers.live])
 
     # --- the commit's side -------------------------------------------------------------------------
-    def hold(self, name: str, tensor, kept: set):
-        """The commit's array of ``tensor`` (the scope's variable ``name``), sharing its memory, or
-        None where it cannot be held (the caller copies it). ``kept``: ids of the arrays of the
-        last commit; its memory may become the spare once this commit is made."""
-        keeper = _sharing(tensor)
-        view = _view(keeper)
-        if view is None:
-            return None
-        if name not in self._pending:  # a step wrote elsewhere since the last commit (or none was)
-            previous = self._held.get(name)
-            if (previous is not None and id(previous[1]) in kept and previous[1].ctypes.data != view.ctypes.data
-                    and previous[1].shape == view.shape and previous[1].dtype == view.dtype):
-                self._pending[name] = previous  # the last commit's memory: this commit replaces it
-            else:
-                spare = _fresh_like(keeper)
-                self._pending[name] = (spare, _view(spare))
-        self._held[name] = (keeper, view)
-        return view
+    def hold(self, name: str, tensor):
+        """The commit's array of ``tensor`` (the scope's variable ``name``): its live buffer's, or
+        None where it cannot be held (the caller copies it)."""
+        buffers = self._buffers.get(name)
+        address = tensor._ptr()
+        if buffers is None or address != buffers.addresses[buffers.live]:
+            if buffers is not None and address == buffers.addresses[1 - buffers.live]:
+                buffers.live = 1 - buffers.live
+            else:  # the first commit, or the variable was given other memory from outside
+                buffers = self._adopt(name, tensor)
+                if buffers is None:
+                    return None
+        self._pending[name] = buffers
+        return buffers.arrays[buffers.live]
 
-    def drop(self, name: str):
-        """``name`` is copied from now on (no longer eligible): its memory is made its own again."""
-        self.detach(name)
-        self._held.pop(name, None)
+    def _adopt(self, name: str, tensor):
+        """Two buffers for ``name``: the memory the scope's variable has, and new memory."""
+        shared = _sharing(tensor)
+        buffers = _Buffers([shared, _fresh_like(shared)])
+        if not buffers.usable:
+            return None
+        if name in self._buffers:
+            self._retired[name] = self._buffers[name]
+        self._buffers[name] = buffers
+        return buffers
 
     def holds(self, name: str, value) -> bool:
-        """Whether ``value`` is the array of this rank's last commit of ``name``."""
-        held = self._held.get(name)
-        return held is not None and held[1] is value
+        """Whether ``value`` is the array of one of ``name``'s buffers (a commit this rank made)."""
+        buffers = self._buffers.get(name)
+        return buffers is not None and any(value is a for a in buffers.arrays)
 
-    def restore_held(self, name: str):
-        """The scope's variable takes the last commit's memory back (no copy); the next step
-        writes elsewhere. The memory it had (what a failed step left) is the spare."""
-        keeper, _ = self._held[name]
+    def restore_held(self, name: str, value):
+        """The scope's variable shares the buffer of ``value`` (a commit's array, ``holds``) again:
+        no copy. The next step writes into the other buffer."""
+        buffers = self._buffers[name]
+        buffers.live = 0 if value is buffers.arrays[0] else 1
         tensor = self._scope_of().var(name).get_tensor()
-        if tensor._is_initialized() and tensor._ptr() != keeper._ptr() and _same_layout(tensor, keeper):
-            spare = _sharing(tensor)
-            self._pending[name] = (spare, _view(spare))
-        elif name not in self._pending:
-            spare = _fresh_like(keeper)
-            self._pending[name] = (spare, _view(spare))
-        tensor._share_data_with(keeper)
+        tensor._share_data_with(buffers.tensors[buffers.live])
+        self._pending[name] = buffers
 
     def detach(self, name: str):
-        """Before ``name`` is written from outside: if the scope's variable shares a commit's
-        memory, it gets its own (a copy; nothing pending for it)."""
-        held = self._held.get(name)
-        found = self._scope_of().find_var(name)
-        if held is None or found is None:
-            self._pending.pop(name, None)
+        """Before ``name`` is written from outside: if the scope's variable shares the memory of
+        the last commit, it gets the other buffer with a copy of the value (nothing pending)."""
+        buffers = self._pending.pop(name, None)
+        if buffers is None:
             return
-        tensor = found.get_tensor()
-        if name in self._pending and tensor._is_initialized() and tensor._ptr() == held[0]._ptr():
-            spare, array = self._pending.pop(name)
-            array[...] = held[1]
-            tensor._share_data_with(spare)
-        self._pending.pop(name, None)
+        tensor = self.tensor(name)
+        if tensor is not None and tensor._ptr() == buffers.addresses[buffers.live]:
+            other = 1 - buffers.live
+            buffers.arrays[other][...] = buffers.arrays[buffers.live]
+            buffers.live = other
+            tensor._share_data_with(buffers.tensors[other])

@@ -87,9 +87,16 @@ class ProgramState:
         return self._scope if self._scope is not None else paddle.static.global_scope()
 
     def _engines(self) -> list:
+        """The engines of the current copy (looked up once per copy: scanning a program's ops for
+        them is a millisecond on a large one, a share of every commit)."""
         from ..transpiler import engines_of
 
-        return engines_of(self.current) if self.current is not None else []
+        if self.current is None:
+            return []
+        cached = self.__dict__.get("_engines_of")
+        if cached is None or cached[0] is not self.current:
+            cached = self._engines_of = (self.current, engines_of(self.current))
+        return cached[1]
 
     # --- the program of the current group ---------------------------------------------------------
     def transpile(self, fetch_list, config, overrides: dict, transport, snapshot: dict | None):
@@ -113,7 +120,7 @@ class ProgramState:
         engines = self._engines()
         names = eligible(engines)
         for name in self._held.names - names:
-            self._held.drop(name)
+            self._held.detach(name)  # copied from now on: its memory must not be a commit's
         self._held.names = names
         for engine in engines:
             engine.state_destinations = self._held
@@ -150,22 +157,29 @@ class ProgramState:
             engine.sharded.push_full(engine.transport)
         kept = {id(a) for a in (committed or {}).get("scope", {}).values()}
         held = self._held.names if self.current is not None else set()
+        pending = self._held.pending_now()
         try:
             scope = self.scope
             values, copied, copies = {}, {}, CopyStream()
             try:
                 for name in self.parameters + self.others:
-                    found = scope.find_var(name)
-                    if found is None or not found.get_tensor()._is_initialized():
+                    if name in held:
+                        tensor = self._held.tensor(name)
+                    else:
+                        found = scope.find_var(name)
+                        tensor = found.get_tensor() if found is not None else None
+                    if tensor is None or not tensor._is_initialized():
                         continue
-                    tensor = found.get_tensor()
-                    value = self._held.hold(name, tensor, kept) if name in held else None
+                    value = self._held.hold(name, tensor) if name in held else None
                     if value is None:
                         spare = self._spare.get(name)
                         value = copied[name] = _copy_of(tensor, spare if id(spare) not in kept else None, copies)
                     values[name] = value
             finally:
                 copies.finish()  # into the arrays of the commit before the last, on several threads
+        except BaseException:
+            self._held.pending_reset(pending)  # the last commit stays the commit: nothing may write into it
+            raise
         finally:
             for engine in sharded:
                 engine.sharded.release()  # ZeRO-1's memory saving again
@@ -180,7 +194,7 @@ class ProgramState:
         scope = self.scope
         for name, value in snapshot["scope"].items():
             if name in self._held.names and self._held.holds(name, value):
-                self._held.restore_held(name)  # no copy: the scope takes the commit's memory back
+                self._held.restore_held(name, value)  # no copy: the scope takes the commit's memory back
                 continue
             self._held.detach(name)  # set() writes into the variable's memory: not a commit's
             scope.var(name).get_tensor().set(value, paddle.CPUPlace())

@@ -206,9 +206,12 @@ class Engine:
             if self._on_first_run is not None:
                 self._on_first_run(self, arrays)
                 self._on_first_run = None
+            # A step writing held state elsewhere (after an elastic commit) takes this path and
+            # leaves the plan as it was: the plan's specialization is the same.
+            kept = self._plan if self.state_destinations is not None and self.state_destinations.pending else None
             self._plan = None
             fetched = self._step(arrays)
-            self._plan = self._make_plan(dtype_codes)
+            self._plan = kept if kept is not None else self._make_plan(dtype_codes)
             return fetched
         watchdog = self.watchdog
         if watchdog:
