@@ -9,9 +9,9 @@ variable reads it there and writes the new value into the other buffer, which th
 then shares (``DenseTensor._share_data_with``). The other buffer held the commit before, which
 this commit replaced. A commit thus costs a few dictionary lookups per variable.
 
-Only state that engines alone write, every step, qualifies (``eligible``): each engine of the
-plain schedule (no accumulation, no ZeRO-1 slices) writes back the same state at every step, and
-no op left to Paddle writes it. Everything else a commit copies as before. Between a commit and
+Only state that engines alone write qualifies (``eligible``): what their steps write back, where
+no op left to Paddle writes it. Everything else a commit copies as before: under ZeRO-1 the
+optimizer state, whose slices the engines hold (gathered whole into the scope for the commit). Between a commit and
 the next step, state must not be written from outside in place (``tensor.set`` reuses the
 memory): ``detach`` gives the variable the other buffer first, with a copy of the value.
 
@@ -43,16 +43,14 @@ def _sharing(tensor):
 
 
 def eligible(engines) -> set[str]:
-    """The variables the engines alone update at every step, in place (see the module docstring)."""
-    from ..transpiler.schedules import Schedule
-
+    """The variables only engines update (see the module docstring): those their steps write back
+    (an accumulating micro-step writes none of them: what it skips stays pending until the update),
+    less what an op left to Paddle writes."""
     written, refused = set(), set()
     for engine in engines:
-        names = {engine.apply.function.parameters[i].name for _, i in engine.apply.state_writeback}
-        if type(engine.schedule) is Schedule and engine.sharded is None:
-            written |= names
-        else:
-            refused |= names
+        for variant in engine.schedule.variants:
+            parameters = variant.function.parameters
+            written |= {parameters[i].name for _, i in variant.state_writeback}
         plan = engine.plan
         for op in (plan.fallback if plan is not None else ()):
             refused.update(op.output_names())

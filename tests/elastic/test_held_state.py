@@ -157,11 +157,13 @@ def _build(optimizer: str, dtype: str):
     return main, startup, loss
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_updates_written_elsewhere_equal_updates_in_place(optimizer, dtype, backend):
-    """Committing at every step (every update written to other memory) trains bit for bit as not
-    committing at all (every update in place)."""
+def test_updates_written_elsewhere_equal_updates_in_place(optimizer, dtype, accumulate, backend):
+    """Committing at every step (every update written to other memory; with accumulation, a commit
+    between the calls of an update leaves the parameters held until the update) trains bit for bit
+    as not committing at all (every update in place)."""
     with ir_guard("pir"):
         paddle.set_default_dtype(dtype)
         try:
@@ -174,8 +176,8 @@ def test_updates_written_elsewhere_equal_updates_in_place(optimizer, dtype, back
             def train(commit: bool):
                 state = elastic.State(program=main, step=0)
                 initial = persistables(state)
-                program, (fetch,) = state.transpile([loss], backend=backend)
-                for step in range(4):
+                program, (fetch,) = state.transpile([loss], backend=backend, accumulate_steps=accumulate)
+                for step in range(5):
                     feed = {k: v.astype(dtype) for k, v in batch(step, 0, 1).items()}
                     exe.run(program, feed=feed, fetch_list=[fetch])
                     if commit:
