@@ -180,9 +180,9 @@ class CclTransport(Transport):
             array[...] = view.view(array.dtype).reshape(array.shape)
         return array
 
-    def allgather(self, array):
+    def allgather(self, array, out=None):
         array = np.ascontiguousarray(array)
-        out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
+        out = self._allgather_output(array, self.size, out)
         self._call(self.ccl.allgather, array.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8), "uint8",
                    self.slot)
         return out

@@ -211,9 +211,9 @@ class MpiTransport(Transport):
         self.comm.Bcast(np.ascontiguousarray(array).view(np.uint8), root=root)
         return array
 
-    def allgather(self, array):
+    def allgather(self, array, out=None):
         array = np.ascontiguousarray(array)
-        out = np.empty((self.size * array.shape[0],) + array.shape[1:], dtype=array.dtype)
+        out = self._allgather_output(array, self.size, out)
         self.comm.Allgather(array.view(np.uint8), out.view(np.uint8))
         return out
 

@@ -68,8 +68,20 @@ class Transport:
     def broadcast(self, array: np.ndarray, root: int = 0) -> np.ndarray:
         raise NotImplementedError
 
-    def allgather(self, array: np.ndarray) -> np.ndarray:
+    def allgather(self, array: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Every rank's ``array`` concatenated along axis 0, in rank order; into ``out`` (C-contiguous,
+        of that shape and dtype) when given, which is returned."""
         raise NotImplementedError
+
+    @staticmethod
+    def _allgather_output(array: np.ndarray, size: int, out: np.ndarray | None) -> np.ndarray:
+        shape = (size * array.shape[0],) + array.shape[1:]
+        if out is None:
+            return np.empty(shape, dtype=array.dtype)
+        if out.shape != shape or out.dtype != array.dtype or not out.flags.c_contiguous:
+            raise TransportError(f"allgather: out is {out.dtype}{list(out.shape)}, the gathered value "
+                                 f"{array.dtype}{list(shape)} (C-contiguous)")
+        return out
 
     def reduce_scatter(self, array: np.ndarray, reduction: str = "sum") -> np.ndarray:
         """Reduces across ranks and returns this rank's 1/size slice of axis 0."""
@@ -227,8 +239,10 @@ class NullTransport(Transport):
     def broadcast(self, array, root=0):
         return array
 
-    def allgather(self, array):
-        return np.array(array, copy=True)
+    def allgather(self, array, out=None):
+        out = self._allgather_output(np.asarray(array), 1, out)
+        out[...] = array
+        return out
 
     def send(self, array, peer, tag=0):
         raise TransportError("rank 0: send in a one-process job has no peer")

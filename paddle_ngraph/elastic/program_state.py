@@ -9,8 +9,9 @@ commit copies:
 
 - every persistable variable of the program from the scope (parameters, optimizer moments,
   beta powers, learning rate, step counters): with ZeRO-1 the engines hold only this rank's
-  slice of the optimizer state, so they gather the whole of it into the scope first (a
-  collective, as for ``save_checkpoint``), which any group size can slice again. What the
+  slice of the optimizer state, so they gather the whole of it (a collective, as for
+  ``save_checkpoint``, but into arrays of the commit, not into the scope), which any group size
+  can slice again. What the
   engines alone update at every step is not copied: the commit holds its memory and the next
   step writes the new values elsewhere (held_state.py);
 - with gradient accumulation, where the engines are in the cycle of ``accumulate_steps`` calls
@@ -77,6 +78,8 @@ class ProgramState:
         # the page faults of fresh memory, most of a commit's time, for twice the state's memory.
         self._last: dict = {}
         self._spare: dict = {}
+        self._last_flats: dict = {}  # ZeRO-1's gathered state, by engine id, the same way
+        self._spare_flats: dict = {}
         # The state whose memory commits hold instead of copying it (held_state.py).
         self._held = HeldState(lambda: self.scope)
 
@@ -152,9 +155,13 @@ class ProgramState:
         array as it was."""
         engines = self._engines()
         accumulation = [_accumulation(e) for e in engines]
-        sharded = [e for e in engines if e.sharded is not None and not e.sharded.stale]
-        for engine in sharded:
-            engine.sharded.push_full(engine.transport)
+        # ZeRO-1: the optimizer state whole, gathered from the slices into the flat arrays of the
+        # commit before the last (never the last's, which must stay whole until this one is made).
+        gathered, flats = {}, {}
+        for engine in engines:
+            if engine.sharded is not None and not engine.sharded.stale:
+                values, flats[engine.id] = engine.sharded.gathered(engine.transport, self._spare_flats.get(engine.id))
+                gathered.update(values)
         kept = {id(a) for a in (committed or {}).get("scope", {}).values()}
         held = self._held.names if self.current is not None else set()
         pending = self._held.pending_now()
@@ -163,6 +170,9 @@ class ProgramState:
             values, copied, copies = {}, {}, CopyStream()
             try:
                 for name in self.parameters + self.others:
+                    if name in gathered:
+                        values[name] = gathered[name]
+                        continue
                     if name in held:
                         tensor = self._held.tensor(name)
                     else:
@@ -180,10 +190,8 @@ class ProgramState:
         except BaseException:
             self._held.pending_reset(pending)  # the last commit stays the commit: nothing may write into it
             raise
-        finally:
-            for engine in sharded:
-                engine.sharded.release()  # ZeRO-1's memory saving again
         self._spare, self._last = self._last, copied
+        self._spare_flats, self._last_flats = self._last_flats, flats
         scheduler = getattr(self.program, "lr_scheduler", None)
         return {"scope": values, "engines": accumulation,
                 "scheduler": copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None}

@@ -11,7 +11,8 @@ moves state between them and the Paddle scope:
 - ``allocate_full``: before a checkpoint is loaded into the scope, give the freed variables memory;
 - ``push_full``: for a checkpoint, allgather the slices (a collective: every rank calls it) and
   write the full optimizer state back into the scope, so that ``paddle.static.save`` sees the
-  same variables as without sharding; ``release`` frees them again.
+  same variables as without sharding; ``release`` frees them again;
+- ``gathered``: the same full state as arrays, for an elastic commit, without the scope.
 
 The optimizer state is looked up in ``paddle.static.global_scope()``, where the startup program
 and ``paddle.static.load`` put it.
@@ -103,6 +104,26 @@ class ShardedState:
                 value = np.ascontiguousarray(flat[offset:offset + size].reshape(shape))
                 scope.var(variable).get_tensor().set(value, paddle.CPUPlace())
                 offset += size
+
+
+    def gathered(self, transport, buffers: dict | None = None) -> tuple[dict, dict]:
+        """The full optimizer state, not through the scope (an elastic commit): (variable -> array,
+        the gathered flat arrays by slice name). Gathered into ``buffers`` (flat arrays an earlier
+        call returned) where they fit; the arrays are views of the flat ones. Collective."""
+        values, flats = {}, {}
+        for name, array in zip(self.names, self.arrays):
+            bucket = self.sources[name]
+            if name == bucket.master:
+                continue  # the parameters are whole in the scope after every step
+            reuse = (buffers or {}).get(name)
+            if reuse is not None and (reuse.shape != (transport.size * array.shape[0],) or reuse.dtype != array.dtype):
+                reuse = None
+            flat = flats[name] = transport.allgather(array, out=reuse)
+            offset = 0
+            for variable, size, shape in zip(bucket.slices[name], bucket.sizes, bucket.shapes):
+                values[variable] = flat[offset:offset + size].reshape(shape)
+                offset += size
+        return values, flats
 
 
 def _scope():

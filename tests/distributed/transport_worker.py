@@ -15,6 +15,7 @@ import numpy as np
 from paddle_ngraph.distributed import make_transport
 from paddle_ngraph.distributed.mpi import _bf16_to_f32, _f32_to_bf16
 from paddle_ngraph.distributed.transport import DTYPES
+from paddle_ngraph.errors import TransportError
 from paddle_ngraph.ir.ops.collective import REDUCTIONS
 
 SIZES = [1, 2, 3, 7, 1000, 65537]  # includes sizes not divisible by the rank count
@@ -87,6 +88,14 @@ def main():
     gathered = t.allgather(np.full((2, 3), t.rank, np.float64))
     if gathered.shape != (2 * t.size, 3) or not np.array_equal(gathered[::2, 0], np.arange(t.size)):
         failures.append("allgather")
+    into = np.empty((2 * t.size, 3), np.float64)
+    if t.allgather(np.full((2, 3), t.rank, np.float64), out=into) is not into or not np.array_equal(into, gathered):
+        failures.append("allgather into out")
+    try:
+        t.allgather(np.zeros((2, 3), np.float64), out=np.empty((2 * t.size, 3), np.float32))
+        failures.append("allgather into an out of the wrong dtype did not raise")
+    except TransportError:
+        pass
     chunk = t.reduce_scatter(np.arange(4 * t.size, dtype=np.float32), "sum")
     if not np.array_equal(chunk, t.size * np.arange(4 * t.rank, 4 * t.rank + 4, dtype=np.float32)):
         failures.append("reduce_scatter")
