@@ -50,7 +50,7 @@ def test_legacy_gradient_is_densified_on_ranks_only():
     assert densify_sparse_gradients(view, 2) == []  # done once
 
 
-@pytest.mark.parametrize("opt", ["sgd", "momentum", "sgd_l2", "momentum_l2"])
+@pytest.mark.parametrize("opt", ["sgd", "sgd_l2"])
 def test_whole_program_on_the_engine_on_ranks(opt):
     """Planned for 2 ranks, nothing is left to Paddle; for 1 rank the sparse ops are, as before."""
     for nranks, left in ((2, set()), (1, {"lookup_table_v2_grad", "sum"})):
@@ -62,6 +62,9 @@ def test_whole_program_on_the_engine_on_ranks(opt):
 
 
 @pytest.mark.parametrize("opt, why", [
+    ("momentum", "Paddle's CPU Momentum for a selected-rows gradient differs from its dense Momentum"),
+    ("nesterov", "Paddle's CPU Momentum for a selected-rows gradient differs from its dense Momentum"),
+    ("momentum_l2", "Paddle's CPU Momentum for a selected-rows gradient differs from its dense Momentum"),
     ("adam", "Paddle's CPU Adam for a selected-rows gradient differs from its dense Adam"),
     ("adam_lazy", "lazy_mode=True moves only the rows of the batch's ids"),
     ("adagrad", "'adagrad' is not one of them"),
@@ -101,3 +104,18 @@ def test_refused_when_another_op_reads_the_selected_rows():
                            outputs={"out": ["merged"]}))
     with pytest.raises(ConfigError, match=f"op 'merge_selected_rows'.*gradient '{GRAD}'.*reads it as selected rows"):
         densify_sparse_gradients(view, 2)
+
+
+@pytest.mark.parametrize("opt, equal", [("sgd", True), ("sgd_l2", True), ("momentum", False), ("adam", False)])
+def test_paddle_sparse_update_against_its_dense_update(opt, equal, monkeypatch):
+    """Why only SGD is served: Paddle's own training with is_sparse=True equals its is_sparse=False
+    training for SGD, and not for Momentum and Adam (a vocabulary of 2074 with ids all over it).
+    Should a Paddle release make them equal, this test says so and EQUAL_UPDATES can grow."""
+    monkeypatch.setattr(sm, "VOCAB", 2074)
+    monkeypatch.setattr(sm, "IDS_USED", 2074)
+    feeds = sm.data(2, 32)
+    with ir_guard("legacy"):
+        _, sparse = sm.train(opt, feeds, sparse=True)
+        _, dense = sm.train(opt, feeds, sparse=False)
+    difference = float(np.abs(sparse[sm.TABLE] - dense[sm.TABLE]).max())
+    assert (difference <= 1e-6) == equal, difference
