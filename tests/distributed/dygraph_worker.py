@@ -1,6 +1,6 @@
 """One rank of dygraph data-parallel training on the engine (tests/distributed/test_dygraph_dp.py).
 
-    python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch|routed|sparse_embedding
+    python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch|routed|[eager_]sparse_embedding
                              [--no-sync] [--checkpoint]
 
 Every rank draws the same global batches and trains on its contiguous shard; rank r seeds its
@@ -84,8 +84,17 @@ class SparseEmbedding(nn.Layer):
         return self.fc2(paddle.flatten(self.embedding(ids), 1))
 
 
+class EagerSparseEmbedding(SparseEmbedding):
+    """Cannot be captured (.numpy() in forward): runs eagerly, and Paddle's own backward gives the
+    table a selected-rows gradient, holding different rows on each rank."""
+
+    def forward(self, x):
+        scale = float(np.abs(x.numpy()).max() > 100) + 1.0
+        return super().forward(x) * scale
+
+
 LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue, "routed": RoutedRows,
-          "sparse_embedding": SparseEmbedding}
+          "sparse_embedding": SparseEmbedding, "eager_sparse_embedding": EagerSparseEmbedding}
 
 
 def make_optimizer(kind, parameters):
