@@ -80,6 +80,14 @@ def _view(tensor) -> np.ndarray:
     return _array_at(tensor.data_ptr(), dtype, tensor.shape)
 
 
+def _dense_of_rows(grad, param) -> np.ndarray:
+    """The dense array of a selected-rows gradient: its rows added into zeros of the parameter's
+    shape (a row listed twice adds twice, as Paddle merges them)."""
+    dense = np.zeros(param.shape, _numpy_dtype(param.dtype))
+    np.add.at(dense, np.asarray(grad.rows(), np.int64), grad._get_tensor_from_selected_rows().numpy())
+    return dense
+
+
 try:
     from .._cpu import array_at as _array_at
 except ImportError:  # the native library is not built: DLPack
@@ -478,15 +486,26 @@ class LayerEngine:
 
     def allreduce_grads(self, params):
         """Averages ``param.grad`` in place over the ranks, bucketed (the rare paths: eager Layers,
-        the first synchronized backward after ``no_sync``)."""
+        the first synchronized backward after ``no_sync``). A selected-rows gradient (an eager
+        ``Embedding(sparse=True)``'s: the ranks hold different rows) is averaged dense, as the
+        captured backward computes it, and given back as selected rows listing every row, in order
+        (Paddle keeps a parameter's gradient of the kind its first backward made)."""
+        import paddle
+
         grads = [(p, p.grad) for p in params if p.grad is not None]
         by_dtype: dict = {}
         for p, g in grads:
-            by_dtype.setdefault(str(g.dtype), []).append(_view(g))
-        for views in by_dtype.values():
+            by_dtype.setdefault(str(g.dtype), []).append((_dense_of_rows(g, p) if g.is_selected_rows() else _view(g), g))
+        for entries in by_dtype.values():
+            views = [view for view, _ in entries]
             reduced = self.dp_transport.allreduce_many(views, self.config.reduction, name="dygraph_grads")
-            for view, value in zip(views, reduced):
-                np.copyto(view, value, casting="no")
+            for (view, grad), value in zip(entries, reduced):
+                if grad.is_selected_rows():
+                    rows = grad.get_selected_rows()
+                    rows.set_rows(list(range(value.shape[0])))
+                    rows.get_tensor().set(np.ascontiguousarray(value, view.dtype), paddle.CPUPlace())
+                else:
+                    np.copyto(view, value, casting="no")
         self.updates += 1
 
     # --- the executables ------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class VarInfo:
     is_data: bool = False
     is_distributed: bool = False
     kind: str = DENSE  # DENSE, or what else the variable holds (``tensor_array``, ``step_scopes``, ...)
+    # The kind Paddle declares when the engine holds a dense form of it instead: ``selected_rows`` for
+    # a sparse embedding's gradient on several ranks (transpiler/sparse_gradients.py); else None.
+    declared_kind: str | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from ..ir.groups import RankLayout
 from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
 from .gradients import raw_gradients
 from .segments import Plan, Segment, plan_segments, refused_by_converters
+from .sparse_gradients import densify_sparse_gradients
 
 log = logging.getLogger("paddle_ngraph.transpiler")
 
@@ -57,7 +58,11 @@ def plan_program(view, config, nranks: int, backend, fetch_list=(), rank: int = 
     nodes) recorded, and the plan cut again if there were any. When the engine runs the program
     whole, as one segment, that conversion is the segment's (its parameters created first, in the
     segment's input order): the session is returned, and the segment is not converted again.
-    Without ``fallback`` nothing is tried: a refusal is raised by the segment's conversion."""
+    Without ``fallback`` nothing is tried: a refusal is raised by the segment's conversion.
+
+    On several ranks, sparse embedding gradients become dense variables of ``view`` first (or a
+    ``ConfigError`` says why they cannot: sparse_gradients.py)."""
+    densify_sparse_gradients(view, nranks)
     plan = plan_segments(view, fetch_list)
     if not config.fallback:
         return plan, None

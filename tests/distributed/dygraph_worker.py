@@ -1,6 +1,6 @@
 """One rank of dygraph data-parallel training on the engine (tests/distributed/test_dygraph_dp.py).
 
-    python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch
+    python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch|routed|[eager_]sparse_embedding
                              [--no-sync] [--checkpoint]
 
 Every rank draws the same global batches and trains on its contiguous shard; rank r seeds its
@@ -71,7 +71,30 @@ class RoutedRows(MLP):
         return out
 
 
-LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue, "routed": RoutedRows}
+class SparseEmbedding(nn.Layer):
+    """An Embedding(sparse=True) over ids made from the input (0..9 of 40 rows): plain Paddle's
+    gradient of the table is selected rows, the engine's captured backward computes it dense."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding, self.fc2 = nn.Embedding(40, 8, sparse=True), nn.Linear(32, 8)
+
+    def forward(self, x):
+        ids = paddle.cast(paddle.clip(paddle.abs(x[:, :4]) * 3.0, 0.0, 9.0), "int64")
+        return self.fc2(paddle.flatten(self.embedding(ids), 1))
+
+
+class EagerSparseEmbedding(SparseEmbedding):
+    """Cannot be captured (.numpy() in forward): runs eagerly, and Paddle's own backward gives the
+    table a selected-rows gradient, holding different rows on each rank."""
+
+    def forward(self, x):
+        scale = float(np.abs(x.numpy()).max() > 100) + 1.0
+        return super().forward(x) * scale
+
+
+LAYERS = {"mlp": MLP, "numpy": NumpyInForward, "branch": BranchOnValue, "routed": RoutedRows,
+          "sparse_embedding": SparseEmbedding, "eager_sparse_embedding": EagerSparseEmbedding}
 
 
 def make_optimizer(kind, parameters):

@@ -87,3 +87,21 @@ def test_eager_layer_whose_ranks_reach_different_parameters(tmp_path):
     run_mpi(tmp_path, 2, "--layer", "routed", "--opt", "momentum")
     engine = check(tmp_path, 2)[0]["engines"][0]
     assert engine["steps"] == 0 and engine["eager_steps"] == 6 and engine["updates"] == 6
+
+
+@pytest.mark.parametrize("opt", ["sgd", "momentum"])
+def test_sparse_embedding_trains_as_one_process(tmp_path, opt):
+    """Embedding(sparse=True): plain Paddle's table gradient is selected rows, the captured backward's
+    is dense; on 2 ranks (momentum: with a global-norm clip and weight decay) the whole Layer still
+    runs on the engine and trains as one process does."""
+    run_mpi(tmp_path, 2, "--opt", opt, "--layer", "sparse_embedding")
+    engine = check(tmp_path, 2)[0]["engines"][0]
+    assert engine["steps"] == 6 and engine["updates"] == 6 and engine["eager_steps"] == 0
+
+
+def test_eager_sparse_embedding_trains_as_one_process(tmp_path):
+    """Run eagerly, Embedding(sparse=True) has Paddle's selected-rows gradient, other rows on each
+    rank: averaged dense and handed back as selected rows of every row, SGD trains as one process."""
+    run_mpi(tmp_path, 2, "--opt", "sgd", "--layer", "eager_sparse_embedding")
+    engine = check(tmp_path, 2)[0]["engines"][0]
+    assert engine["eager_steps"] == 6 and engine["updates"] == 6

@@ -241,8 +241,10 @@ def test_every_variable_kind_trains_as_paddle(backend):
 
 
 def test_every_variable_kind_refused_on_ranks():
-    """A sparse embedding's gradient (selected rows) made by Paddle cannot be averaged by an engine:
-    on several ranks transpile says so instead of training each rank on its own gradient."""
+    """A selected-rows gradient that Paddle makes for an update left to Paddle cannot be averaged by
+    an engine: on several ranks the plan check says so instead of training each rank on its own
+    gradient. (``plan_program`` first makes a sparse embedding's gradient dense on several ranks,
+    where that trains as Paddle does: test_sparse_gradients.py; this plan is cut without it.)"""
     from paddle_ngraph.errors import ConfigError
     from paddle_ngraph.transpiler import _check_plan
 

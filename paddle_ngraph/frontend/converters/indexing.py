@@ -185,10 +185,15 @@ def _lookup(ctx, v1: bool):
 
 
 def _lookup_grad(ctx, v1: bool):
-    if ctx.attr("is_sparse", "sparse", default=False):
+    """A sparse lookup's gradient (selected rows) is converted only where the transpiler made it a
+    dense variable (several ranks: transpiler/sparse_gradients.py). Its dense form then keeps the
+    gradient of the ``padding_idx`` rows, as Paddle's selected rows do (its dense gradient zeroes them)."""
+    grad = ctx.output_info("W@GRAD", "weight_grad")
+    sparse = grad is not None and grad.declared_kind is not None
+    if not sparse and ctx.attr("is_sparse", "sparse", default=False):
         raise ctx.fail("is_sparse=True (a SelectedRows gradient) is not supported")
     node = ops.EmbeddingLookupBackprop(ctx.input("W", "weight"), _ids(ctx, v1), ctx.input("Out@GRAD", "out_grad"),
-                                       padding_idx=_padding_idx(ctx))
+                                       padding_idx=-1 if sparse else _padding_idx(ctx))
     ctx.set_output(("W@GRAD", "weight_grad"), node.output())
 
 
