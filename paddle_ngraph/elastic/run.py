@@ -22,6 +22,10 @@ raises ``TooFewRanksError`` with one message naming the ranks and the checkpoint
 With ``max_ranks`` and ``discovery`` the group also grows (growth.py): after a commit, where the
 hosts that discovery lists have room, new processes of this command line start, take the commit
 and join; every rank then calls the function again on the larger group.
+
+Under ``paddle.distributed.launch`` no group survives a loss (the launcher stops every rank); with
+an etcd master and ``--max_restart`` it starts every rank again, and each resumes here from the
+newest commit in ``State.checkpoint_dir`` (``_resume_from_disk``), on the group it comes up with.
 """
 from __future__ import annotations
 
