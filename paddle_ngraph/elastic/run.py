@@ -116,14 +116,12 @@ def _resume_from_disk(state, launch) -> bool:
     the script's beginning: this is where they pick up, torchrun-like, on the group size they come
     up with. Every rank reads the same directory, which nothing writes while the group starts (the
     launcher stops the old ranks before it starts new ones): they load the same commit."""
-    if state.checkpoint_dir is None or latest_checkpoint(state.checkpoint_dir) is None:
-        return False
-    if checkpoint_step(latest_checkpoint(state.checkpoint_dir)) <= state.commits:
-        return False  # the caller loaded it (or committed past it) already
+    newest = latest_checkpoint(state.checkpoint_dir) if state.checkpoint_dir is not None else None
+    if newest is None or checkpoint_step(newest) <= state.commits:
+        return False  # nothing saved yet, or the caller loaded it (or committed past it) already
     commit = state.load()
-    log.warning("rank %d of %d: resumed from commit %d in %s (saved on %s rank(s)), step values %s",
-                launch.rank, launch.size, commit, state.checkpoint_dir, state.committed_size or "?",
-                state.__dict__["_values"])
+    log.warning("rank %d of %d: resumed from commit %d in %s (taken on %s rank(s)); values %s",
+                launch.rank, launch.size, commit, state.checkpoint_dir, state.committed_size or "?", state._values)
     return True
 
 
