@@ -438,13 +438,14 @@ def etcd(tmp_path_factory):
                     f"{probe.stderr.strip().splitlines()[-1:]}")
     client, peer = _free_port(), _free_port()
     data = tmp_path_factory.mktemp("etcd")
+    log = open(data / "etcd.log", "w")
     server = subprocess.Popen([binary, "--data-dir", str(data / "data"), "--name", "pdng-test",
                                "--listen-client-urls", f"http://127.0.0.1:{client}",
                                "--advertise-client-urls", f"http://127.0.0.1:{client}",
                                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                                "--initial-cluster", f"pdng-test=http://127.0.0.1:{peer}"],
-                              stdout=open(data / "etcd.log", "w"), stderr=subprocess.STDOUT)
+                              stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 30
         while True:
@@ -459,6 +460,7 @@ def etcd(tmp_path_factory):
     finally:
         server.terminate()
         server.wait(timeout=30)
+        log.close()
 
 
 def restarted_job(checkpoint_dir, killed_marker):
