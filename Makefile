@@ -55,18 +55,19 @@ test: build test-debs
 test-fast: build
 	$(PY) -m pytest -q -m "not distributed and not deploy and not slow" tests
 
-# Debian packages of the Kubernetes rehearsal (tests/deploy): sshd for the MPIJob's workers, ip for
-# the pods' network namespaces. Installs only what is missing; without root or apt it says so, and
-# those tests skip with the reason.
-TEST_DEBS := openssh-server openssh-client iproute2
+# Debian packages of the tests: for the Kubernetes rehearsal (tests/deploy) sshd for the MPIJob's
+# workers and ip for the pods' network namespaces; etcd for Paddle's launcher with an etcd master
+# (tests/elastic: every rank restarted, resumed from disk). Installs only what is missing; without
+# root or apt it says so, and those tests skip with the reason.
+TEST_DEBS := openssh-server openssh-client iproute2 etcd-server
 test-debs:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian packages for tests/deploy:" $$missing; \
+		echo "installing Debian packages for the tests:" $$missing; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
-			|| echo "could not install $$missing: tests/deploy will skip"; \
-	else echo "not installing $$missing (needs root and apt-get): tests/deploy will skip"; fi
+			|| echo "could not install $$missing: the tests that need them will skip"; \
+	else echo "not installing $$missing (needs root and apt-get): the tests that need them will skip"; fi
 
 # An OCI image of the project (deploy/image/build.sh: mmdebstrap + buildah, no Docker, no registry;
 # deploy/image/Dockerfile for Docker). Opt-in, not part of make test: it downloads Debian's packages

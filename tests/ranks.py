@@ -100,7 +100,7 @@ def _command(launcher: str, nranks: int, argv: list[str], env: dict, log_dir: st
                 sys.executable, *argv]
     if launcher == "launch":
         return [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nranks),
-                "--log_dir", os.path.join(log_dir, "launch"), *argv]
+                "--log_dir", os.path.join(log_dir, "launch"), *launcher_args, *argv]
     raise ValueError(f"launcher {launcher!r}: one of {LAUNCHERS}")
 
 
@@ -136,7 +136,8 @@ def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | 
     ``check=True``: asserts that the job and every rank exited with 0 (the message names the ranks
     that did not and shows every rank's output). ``check=False`` for the tests of failures, which
     assert on the codes and the output themselves. ``launcher_args``: more options of mpirun
-    (``("--with-ft", "ulfm")`` for elastic jobs). ``joining``: how many ranks an elastic job spawns
+    (``("--with-ft", "ulfm")`` for elastic jobs) or of paddle.distributed.launch (an etcd master's
+    ``--master etcd://...``, ``--max_restart``, ...). ``joining``: how many ranks an elastic job spawns
     while it runs; they are collected after the ``nranks`` first, by the world rank the job gives
     them (``nranks``, ``nranks + 1``, ...). On ``timeout`` the whole job is killed and the
     test fails with every rank's output so far.
@@ -151,8 +152,6 @@ def run_ranks(target, nranks: int, *args, launcher: str = "mpirun", env: dict | 
         argv = [RANK_MAIN, run_dir, _target_spec(target)]
     else:
         argv = [RANK_MAIN, run_dir, _target_spec(target), *map(str, args)]
-    if launcher_args and launcher != "mpirun":
-        raise ValueError("launcher_args are options of mpirun")
     cmd = _command(launcher, nranks, argv, env, run_dir, tuple(launcher_args))
     full_env = quiet_env(OMPI_MCA_rmaps_base_oversubscribe="1", **env)
     # A session of its own: on a timeout the launcher and every rank are killed together.

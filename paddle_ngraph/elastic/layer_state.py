@@ -6,7 +6,6 @@ dygraph user saves them.
 from __future__ import annotations
 
 import copy
-import json
 import os
 
 import numpy as np
@@ -16,7 +15,6 @@ from .copying import CopyStream, memory_view
 
 MODEL_FILE = "model.pdparams"
 OPTIMIZER_FILE = "model.pdopt"
-LEARNING_RATE_FILE = "learning_rate.json"  # a float learning rate (Paddle's state dict has none)
 
 
 def _arrays(state_dict: dict, spare: dict | None = None, copies: CopyStream | None = None) -> dict:
@@ -100,9 +98,6 @@ class LayerState:
         paddle.save(_tensors(snapshot["model"]), os.path.join(directory, MODEL_FILE))
         if snapshot["optimizer"] is not None:
             paddle.save(_tensors(snapshot["optimizer"]), os.path.join(directory, OPTIMIZER_FILE))
-        if snapshot.get("learning_rate") is not None:
-            with open(os.path.join(directory, LEARNING_RATE_FILE), "w") as f:
-                json.dump({"learning_rate": snapshot["learning_rate"]}, f)
 
     def read(self, path: str) -> dict:
         """Loads a checkpoint directory into the Layer and the optimizer; returns it as a commit."""
@@ -111,10 +106,6 @@ class LayerState:
         self.model.set_state_dict(paddle.load(os.path.join(path, MODEL_FILE)))
         if self.optimizer is not None and os.path.exists(os.path.join(path, OPTIMIZER_FILE)):
             self.optimizer.set_state_dict(paddle.load(os.path.join(path, OPTIMIZER_FILE)))
-        rate_file = os.path.join(path, LEARNING_RATE_FILE)
-        if self.optimizer is not None and os.path.exists(rate_file):
-            with open(rate_file) as f:
-                self.optimizer.set_lr(float(json.load(f)["learning_rate"]))
         return self.snapshot()
 
 

@@ -22,6 +22,10 @@ raises ``TooFewRanksError`` with one message naming the ranks and the checkpoint
 With ``max_ranks`` and ``discovery`` the group also grows (growth.py): after a commit, where the
 hosts that discovery lists have room, new processes of this command line start, take the commit
 and join; every rank then calls the function again on the larger group.
+
+Under ``paddle.distributed.launch`` no group survives a loss (the launcher stops every rank); with
+an etcd master and ``--max_restart`` it starts every rank again, and each resumes here from the
+newest commit in ``State.checkpoint_dir`` (``_resume_from_disk``), on the group it comes up with.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import logging
 import os
 import sys
 
+from ..checkpoint import checkpoint_step, latest_checkpoint
 from ..distributed import detect_launcher
 from ..distributed.elastic_mpi import HEARTBEAT_OPTIONS, heartbeat_detector_enabled
 from ..errors import ConfigError, RankLostError, TooFewRanksError
@@ -66,11 +71,15 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         transport = start_group(growable=growth is not None)
+        launch = detect_launcher()
+        resumed = transport is None and launch.launcher == "paddle" and _resume_from_disk(state, launch)
         if state.commits == 0:
             state.commit()  # the starting point: what a loss before the first commit goes back to
         resize.set_current(on_resize, state.initial_size)
         if transport is None:
-            _without_elastic_group(growth)
+            _without_elastic_group(growth, state)
+            if resumed and state.committed_size not in (None, launch.size):
+                resize.apply(on_resize, state, state.committed_size, state.initial_size, launch.size, launch.rank)
             return func(state, *args, **kwargs)
         state.sync(transport)  # every rank starts from rank 0's state, whatever its seed
         resize.set_current(on_resize, state.initial_size)
@@ -100,20 +109,41 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
     return wrapper
 
 
-def _without_elastic_group(growth):
+def _resume_from_disk(state, launch) -> bool:
+    """Under ``paddle.distributed.launch``: the newest complete commit in ``State.checkpoint_dir``,
+    loaded if it is newer than the state's. With an etcd master and ``--max_restart``, Paddle's
+    launcher answers a dead rank by stopping the others and starting every rank again, each from
+    the script's beginning: this is where they pick up, torchrun-like, on the group size they come
+    up with. Every rank reads the same directory, which nothing writes while the group starts (the
+    launcher stops the old ranks before it starts new ones): they load the same commit."""
+    newest = latest_checkpoint(state.checkpoint_dir) if state.checkpoint_dir is not None else None
+    if newest is None or checkpoint_step(newest) <= state.commits:
+        return False  # nothing saved yet, or the caller loaded it (or committed past it) already
+    commit = state.load()
+    log.warning("rank %d of %d: resumed from commit %d in %s (taken on %s rank(s)); values %s",
+                launch.rank, launch.size, commit, state.checkpoint_dir, state.committed_size or "?", state._values)
+    return True
+
+
+def _without_elastic_group(growth, state):
     """One process, or ranks that no elastic group can hold: under ``paddle.distributed.launch``
-    the function runs once, as plain data parallel over the launcher's transport (its engines make
-    the ranks' parameters equal at their first step, as always). Paddle 3.3.1's launcher stops every
-    other rank when one dies (SIGTERM, then SIGKILL after 3 s) and, without an etcd master,
-    restarts nothing: no survivor is left to continue."""
+    the function runs as plain data parallel over the launcher's transport (its engines make the
+    ranks' parameters equal at their first step, as always). Paddle 3.3.1's launcher stops every
+    other rank when one dies (SIGTERM, then SIGKILL after 3 s); with an etcd master and
+    ``--max_restart`` it then starts every rank again, and they resume from the newest commit on
+    disk (``_resume_from_disk``); without one it restarts nothing."""
     launch = detect_launcher()
     if launch.size > 1 and launch.rank == 0:
         where = "paddle.distributed.launch" if launch.launcher == "paddle" else launch.launcher
-        log.warning("elastic.run under %s: a lost rank ends the job (Paddle's launcher stops the other ranks "
-                    "and restarts nothing without an etcd master)%s; training runs as plain data parallel. To "
-                    "survive a loss, start it with `mpirun --with-ft ulfm`; to resume after a restart, "
-                    "commit(save=True) and state.load()", where,
-                    "; ranks cannot join either" if growth is not None else "")
+        if state.checkpoint_dir is None:
+            restart = ("commits are not written to disk (no State(checkpoint_dir=...)): a restart starts over")
+        else:
+            restart = (f"a restart (an etcd master and --max_restart) resumes every rank from the newest commit "
+                       f"saved in {state.checkpoint_dir} (commit(save=True))")
+        log.warning("elastic.run under %s: a lost rank ends the group (Paddle's launcher stops the other ranks)%s; "
+                    "training runs as plain data parallel; %s. To survive a loss in place, start it with "
+                    "`mpirun --with-ft ulfm`", where, "; ranks cannot join either" if growth is not None else "",
+                    restart)
 
 
 def _grown(transport, grew: GroupGrew, state, on_resize):

@@ -194,8 +194,12 @@ class State:
             return None
         snapshot = self._snapshot
         try:
+            # The group's sizes let a job resumed from disk on another number of ranks apply
+            # elastic.run's on_resize; a dygraph commit's float learning rate is in no Paddle file.
             values = json.dumps({"commit": snapshot["commit"], "values": snapshot["values"],
-                                 "sampler": snapshot.get("sampler")}, indent=1)
+                                 "sampler": snapshot.get("sampler"), "size": snapshot.get("size"),
+                                 "initial_size": snapshot.get("initial_size"),
+                                 "learning_rate": snapshot["state"].get("learning_rate")}, indent=1)
         except TypeError as e:
             raise ConfigError(f"elastic.State.save: the values must be JSON data (numbers, strings, lists, "
                               f"dicts): {e}") from None
@@ -225,9 +229,16 @@ class State:
         self.__dict__["_values"].update(saved["values"])
         if self.sampler is not None and saved.get("sampler") is not None:
             self.sampler.set_state_dict(saved["sampler"])
+        if saved.get("learning_rate") is not None and self.optimizer is not None:
+            self.optimizer.set_lr(saved["learning_rate"])
+            part["learning_rate"] = saved["learning_rate"]
+        if saved.get("initial_size") is not None:
+            self.__dict__["_initial_size"] = saved["initial_size"]
         self.commits = checkpoint_step(path)
+        # Checkpoints written before sizes were recorded have none: size None, no on_resize change.
         self.__dict__["_snapshot"] = {"commit": self.commits, "state": part, "values": copy.deepcopy(self._values),
-                                      "sampler": self.sampler.state_dict() if self.sampler is not None else None}
+                                      "sampler": self.sampler.state_dict() if self.sampler is not None else None,
+                                      "size": saved.get("size"), "initial_size": self._initial_size}
         self._rng = (paddle.get_rng_state(), np.random.get_state())
         return self.commits
 

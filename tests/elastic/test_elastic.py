@@ -6,6 +6,8 @@ to disk) and two ranks from it (loaded), as separate jobs: the elastic run must 
 bits. Below ``min_ranks`` every survivor stops with one message and the commit is on disk.
 With ``max_ranks`` and a host discovery script, a new rank joins at the first commit after the
 loss (a replaced pod): the group grows back to three, bitwise as a job restarted on three there.
+Under paddle.distributed.launch with an etcd master the launcher restarts every rank instead: they
+resume from the newest commit on disk, bitwise as a job started from that commit.
 
 The global batch is kept (GLOBAL_BATCH rows per step, split evenly over the ranks there are:
 4 rows on each of 3 ranks, 6 on each of 2), so that a step means the same update on any group.
@@ -73,7 +75,7 @@ def _world() -> int:
 
 
 def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: int | None = None,
-                    state=None, freeze: bool = False, rows: int | None = None, **growth):
+                    state=None, freeze: bool = False, rows: int | None = None, save_every: bool = False, **growth):
     import paddle
 
     import paddle_ngraph
@@ -94,7 +96,7 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
         state.register_reset_callbacks([second_loss])
 
     @elastic.run(min_ranks=min_ranks, **growth)
-    def train(state):
+    def train(state, before_step=None):
         model = paddle_ngraph.DataParallel(state.model)  # bound to the current group
         rank, size = elastic.rank(), elastic.size()
         groups.append((size, state.step))
@@ -103,6 +105,8 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
         while state.step < stop_at:
             if kill_at is not None and world == KILLED_WORLD_RANK and state.step == kill_at:
                 os.kill(os.getpid(), signal.SIGSTOP if freeze else signal.SIGKILL)
+            if before_step is not None:
+                before_step(state.step)
             x, y = _batch(state.step, rank, size, rows)
             loss = ((model(paddle.to_tensor(x)) - paddle.to_tensor(y)) ** 2).mean()
             loss.backward()
@@ -110,7 +114,7 @@ def _train_function(stop_at: int, kill_at: int | None, min_ranks: int, save_at: 
             state.optimizer.clear_grad()
             state.step += 1
             if state.step % COMMIT_EVERY == 0:
-                state.commit(save=state.step == save_at)
+                state.commit(save=save_every or state.step == save_at)
 
     return train, groups
 
@@ -297,9 +301,12 @@ def test_a_second_loss_during_the_recovery_shrinks_again(reference, tmp_path):
 
 def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(reference, tmp_path):
     """Paddle's launcher stops every rank when one dies: no group can survive there. The same
-    script still trains (over oneCCL), from rank 0's commit, and rank 0 says what is lost."""
+    script still trains (over oneCCL), from rank 0's commit, and rank 0 says what is lost and
+    where a restart would resume."""
     run = run_ranks(reference_to_commit, 3, str(tmp_path), launcher="launch", timeout=TIMEOUT)
-    assert "elastic.run under paddle.distributed.launch: a lost rank ends the job" in run.rank_stderr[0], run.report("no warning")
+    assert "elastic.run under paddle.distributed.launch: a lost rank ends the group" in run.rank_stderr[0], \
+        run.report("no warning")
+    assert f"resumes every rank from the newest commit saved in {tmp_path}" in run.rank_stderr[0]
     want = reference[0].results[0]["params"]
     for world in range(3):
         got = run.results[world]["params"]
@@ -392,3 +399,172 @@ def test_a_sampler_keeps_the_data_position_each_sample_trained_once(tmp_path):
     assert sorted(after) == list(range(COMMITTED * per_step, SAMPLES))
     assert run.results[0]["step"] == COMMITTED + (SAMPLES - COMMITTED * per_step) // 4
     _assert_bitwise(run.results[2]["params"], run.results[0]["params"], "world rank 2 against 0")
+
+
+# --- Paddle's launcher with an etcd master: every rank restarted, resumed from the commit on disk ---
+
+# The etcd3 client Paddle's launcher imports has protobuf code of 2020, which protobuf >= 4 refuses
+# to load unless protobuf runs in pure Python; the launcher's ranks inherit it (Paddle runs there).
+# gRPC's fork handlers off: with them a rank forked by the launcher sometimes aborted at its start
+# (3 of 13 runs), each costing a restart.
+ETCD_ENV = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python", "GRPC_ENABLE_FORK_SUPPORT": "false"}
+RESTARTS = 3  # the kill's restart, and room for a rank that fails to start anyway
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    """An etcd server on the loopback for Paddle's launcher (``--master etcd://...``)."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.skip("no etcd binary: Debian's etcd-server package (make test-debs installs it)")
+    probe = subprocess.run([sys.executable, "-c", "import etcd3"], env={**os.environ, **ETCD_ENV},
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"Paddle's launcher cannot import its etcd client etcd3 (pip install etcd3): "
+                    f"{probe.stderr.strip().splitlines()[-1:]}")
+    client, peer = _free_port(), _free_port()
+    data = tmp_path_factory.mktemp("etcd")
+    log = open(data / "etcd.log", "w")
+    server = subprocess.Popen([binary, "--data-dir", str(data / "data"), "--name", "pdng-test",
+                               "--listen-client-urls", f"http://127.0.0.1:{client}",
+                               "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                               "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                               "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                               "--initial-cluster", f"pdng-test=http://127.0.0.1:{peer}"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", client), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.time() > deadline:
+                    raise AssertionError(f"etcd did not start: {(data / 'etcd.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield f"etcd://127.0.0.1:{client}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def restarted_job(checkpoint_dir, killed_marker):
+    """Three ranks under the launcher, every commit saved; world rank 1 kills itself at step
+    KILL_STEP once the commit after step COMMITTED is on disk (rank 0 writes it, the others do not
+    wait for that), and only in the first run (``killed_marker``): the launcher restarts all three,
+    which resume from that commit."""
+    import time
+
+    from paddle_ngraph.checkpoint import latest_checkpoint
+
+    world = _world()
+    state = _state(checkpoint_dir, seed=200 + world)
+    train, groups = _train_function(STEPS, None, 1, save_every=True)
+
+    def before_step(step):
+        if world == KILLED_WORLD_RANK and step == KILL_STEP and not os.path.exists(killed_marker):
+            committed = os.path.join(checkpoint_dir, "step-000003")  # commits: the start, steps 2 and 4
+            deadline = time.time() + 120
+            while latest_checkpoint(checkpoint_dir) != committed and time.time() < deadline:
+                time.sleep(0.05)
+            open(killed_marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    train(state, before_step)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
+def launched_from_commit(checkpoint_dir):
+    """The reference: three ranks under the launcher (no etcd, nothing killed), from the latest
+    commit in ``checkpoint_dir`` to the end."""
+    state = _state(None, seed=400 + _world())
+    state.load(checkpoint_dir)
+    train, groups = _train_function(STEPS, None, 1)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step}
+
+
+def test_under_paddles_launcher_with_etcd_every_rank_restarts_from_the_commit_on_disk(etcd, tmp_path):
+    """Paddle's launcher with an etcd master restarts every rank after one dies (not the group
+    alone: all of them, from the script's start); elastic.run resumes them from the newest commit
+    on disk. The end is bitwise the reference's: three ranks started from that commit."""
+    import shutil
+
+    from paddle_ngraph.checkpoint.files import LATEST
+
+    root, marker = str(tmp_path / "ckpt"), str(tmp_path / "killed")
+    run = run_ranks(restarted_job, 3, root, marker, launcher="launch", env=ETCD_ENV, timeout=TIMEOUT,
+                    launcher_args=("--master", etcd, "--nnodes", "1", "--max_restart", str(RESTARTS),
+                                   "--elastic_level", "1", "--job_id", "restart-from-disk"))
+    assert os.path.exists(marker), run.report("world rank 1 was not killed")
+    assert "Pod failed" in run.launcher_output, run.report("the launcher saw no failure")
+    for world in range(3):
+        result = run.results[world]
+        assert result["step"] == STEPS
+        # The restarted run: three ranks from the commit after step COMMITTED.
+        assert result["groups"] == [(3, COMMITTED)], run.report(f"groups of world rank {world}")
+        assert f"rank {world} of 3: resumed from commit 3 in {root}" in run.rank_stderr[world], \
+            run.report("no resume message")
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    shutil.copytree(os.path.join(root, "step-000003"), reference_dir / "step-000003")
+    (reference_dir / LATEST).write_text("step-000003\n")
+    reference = run_ranks(launched_from_commit, 3, str(reference_dir), launcher="launch", timeout=TIMEOUT)
+    for world in range(3):
+        assert reference.results[world]["groups"] == [(3, COMMITTED)]
+        _assert_bitwise(run.results[world]["params"], reference.results[world]["params"], f"world rank {world}")
+
+
+def launched_scaled_job(checkpoint_dir):
+    """Resumed by elastic.run from the commit in ``checkpoint_dir`` (three ranks') on the ranks the
+    launcher started, each keeping its 4 rows, the learning rate scaled by on_resize."""
+    state = _state(checkpoint_dir, seed=500 + _world())
+    train, groups = _train_function(STEPS, None, 1, rows=ROWS_PER_RANK, on_resize="scale_lr")
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}
+
+
+def launched_scaled_reference(checkpoint_dir):
+    """Loaded by hand, the rate set to 2/3 of it by hand, on two ranks of 4 rows each."""
+    state = _state(None, seed=600 + _world())
+    state.load(checkpoint_dir)
+    state.optimizer.set_lr(state.optimizer.get_lr() * (2 / 3))
+    state.commit()
+    train, groups = _train_function(STEPS, None, 1, rows=ROWS_PER_RANK)
+    train(state)
+    return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}
+
+
+def test_under_paddles_launcher_a_restart_on_fewer_ranks_applies_on_resize(tmp_path):
+    """A restart may come up with fewer ranks (an etcd master with --nnodes MIN:MAX and a node
+    gone): the resumed commit says it was taken on three, and on_resize='scale_lr' scales the rate
+    for two, bitwise as a job given that rate by hand."""
+    import shutil
+
+    saved, resumed, reference_dir = (str(tmp_path / name) for name in ("saved", "resumed", "reference"))
+    run_ranks(reference_to_commit, 3, saved, launcher="launch", timeout=TIMEOUT)
+    shutil.copytree(saved, resumed)
+    shutil.copytree(saved, reference_dir)
+    run = run_ranks(launched_scaled_job, 2, resumed, launcher="launch", timeout=TIMEOUT)
+    reference = run_ranks(launched_scaled_reference, 2, reference_dir, launcher="launch", timeout=TIMEOUT)
+    for world in range(2):
+        result = run.results[world]
+        assert result["groups"] == [(2, COMMITTED)] and result["step"] == STEPS, run.report("groups")
+        assert "on_resize='scale_lr': 3 -> 2 ranks" in run.rank_stderr[world], run.report("no resize message")
+        assert result["lr"] == reference.results[world]["lr"] == 0.05 * (2 / 3)
+        _assert_bitwise(result["params"], reference.results[world]["params"], f"world rank {world}")

@@ -137,14 +137,25 @@ def test_a_float_learning_rate_is_part_of_the_commit():
     assert opt.get_lr() == 0.05 * (2 / 3)
 
 
-def test_a_float_learning_rate_is_written_with_the_commit_and_read_back(tmp_path):
-    """A job resumed from disk after on_resize scaled a float rate goes on at the scaled rate."""
-    model = paddle.nn.Linear(2, 1)
+def test_the_commit_on_disk_keeps_the_float_learning_rate_and_the_group_sizes(tmp_path):
+    """A job restarted from disk (Paddle's launcher with an etcd master restarts every worker)
+    must find what on_resize changed: the rate a 'scale_lr' resize set, which no Paddle file
+    holds, and the sizes of the group at the commit and at the job's start."""
+    with paddle.utils.unique_name.guard():
+        model = paddle.nn.Linear(2, 1)
     opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
     state = elastic.State(model, opt, checkpoint_dir=str(tmp_path), step=0)
-    opt.set_lr(0.05 * (2 / 3))
+    state.commit()  # the job's start: one process, size 1
+    opt.set_lr(0.05 * (2 / 3))  # as on_resize="scale_lr" after 3 -> 2 ranks
+    state.__dict__["_initial_size"] = 3  # as if the job began on three ranks
     state.commit(save=True)
-    fresh = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
-    resumed = elastic.State(model, fresh, checkpoint_dir=str(tmp_path), step=0)
-    assert resumed.load() == 1
-    assert fresh.get_lr() == 0.05 * (2 / 3)
+    with paddle.utils.unique_name.guard():
+        fresh_model = paddle.nn.Linear(2, 1)
+    fresh_opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=fresh_model.parameters())
+    fresh = elastic.State(fresh_model, fresh_opt, checkpoint_dir=str(tmp_path), step=0)
+    assert fresh.load() == 2
+    assert fresh_opt.get_lr() == 0.05 * (2 / 3)
+    assert fresh.committed_size == 1 and fresh.initial_size == 3
+    fresh_opt.set_lr(0.05)
+    fresh.restore()  # the loaded commit holds the rate, as an in-memory one does
+    assert fresh_opt.get_lr() == 0.05 * (2 / 3)
