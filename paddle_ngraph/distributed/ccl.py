@@ -257,8 +257,11 @@ class CclTransport(Transport):
             raise TransportError(str(e)) from None
 
     def close(self):
+        global _JOB
         self._close_groups()  # the groups' own close does nothing: finalize destroys every communicator
         self.ccl.finalize()
+        if _JOB is self:
+            _JOB = None
 
 
 class CclGroupTransport(CclTransport):
@@ -294,8 +297,20 @@ class CclGroupTransport(CclTransport):
         return f"<CCL transport group {self.ranks}: rank {self.rank} of {self.size}>"
 
 
+# The job's transport, once connected: every later "ccl" of this process is this object (fleet's
+# minimize and transpile's default under the same job, elastic's state.transpile, DataParallel).
+# oneCCL's job communicator is one per process (native/ccl/pdng_ccl.cc): connecting again would
+# replace it under the engines of the first object. Under paddle.distributed.launch a second connect
+# would also open a second TCPStore server on rank 0's trainer endpoint, which the first one holds:
+# Paddle's libuv store does not raise on that bind failure, it aborts the process (uv__finish_close).
+_JOB: CclTransport | None = None
+
+
 def _build(info, timeout_s: float | None) -> CclTransport:
-    return CclTransport() if timeout_s is None else CclTransport(timeout_s=int(math.ceil(timeout_s)))
+    global _JOB
+    if _JOB is None:
+        _JOB = CclTransport() if timeout_s is None else CclTransport(timeout_s=int(math.ceil(timeout_s)))
+    return _JOB
 
 
 # "mlsl": nGraph's name for Intel's CPU transport, now oneCCL.

@@ -5,7 +5,9 @@
   without fleet in one process on the concatenated batch (rtol 1e-5);
 - ``paddle.static.save`` writes identical parameters on both ranks, equal to the reference's.
 
-And a bad configuration fails on every rank by itself, quickly, with the message.
+And a bad configuration fails on every rank by itself, quickly, with the message. Under
+paddle.distributed.launch a second program transpiled after fleet's, in the same process, runs
+on fleet's transport (one ccl connection per process), both as Paddle alone.
 """
 import importlib.util
 import json
@@ -142,3 +144,106 @@ def test_a_bad_config_fails_on_every_rank_under_mpirun(tmp_path, configs, env, m
         assert message in result["output"], f"rank {rank}:\n{result['output'][-2000:]}"
         one_message = re.findall(r"\w*Config(?:Key)?Error:", result["output"])
         assert len(one_message) == 1, result["output"][-3000:]  # one clear message
+
+
+# --- one transport per process: fleet's, then a second transpile, under paddle.distributed.launch ---
+
+SECOND_STEPS, SECOND_FEATURES, SECOND_ROWS = 3, 5, 8  # rows per rank of each step's global batch
+
+
+def _second_model():
+    """(main, startup, loss, parameter names) of a small regression net with SGD, in its own
+    program; the same names in every process."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [-1, SECOND_FEATURES], "float32")
+        y = paddle.static.data("y", [-1, 1], "float32")
+        hidden = paddle.nn.Linear(SECOND_FEATURES, 4)
+        out = paddle.nn.Linear(4, 1)
+        loss = paddle.nn.functional.mse_loss(out(paddle.tanh(hidden(x))), y)
+        names = [p.name for p in (hidden.weight, hidden.bias, out.weight, out.bias)]
+    return main, startup, loss, names
+
+
+def _second_batch(step: int):
+    rng = np.random.default_rng(50 + step)
+    x = rng.standard_normal((SECOND_ROWS * NRANKS, SECOND_FEATURES)).astype(np.float32)
+    return x, (x.sum(axis=1, keepdims=True) * 0.3 - 0.2).astype(np.float32)
+
+
+def fleet_program_then_a_second_transpile():
+    """On a rank of paddle.distributed.launch: a program through fleet's strategy.ngraph (its
+    minimize connects the job's ccl transport), then a second program transpiled with the default
+    transport in the same process, as elastic's state.transpile does after fleet; steps of both."""
+    import paddle.distributed.fleet as fleet
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.transpiler import engines_of
+
+    paddle.enable_static()
+    rank = int(os.environ["PADDLE_TRAINER_ID"])
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    fleet.init(is_collective=True)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph, strategy.ngraph_configs = True, {"backend": "CPU"}
+    with paddle.pir_utils.IrGuard():
+        first, first_startup, first_loss, _ = _second_model()
+        with paddle.static.program_guard(first, first_startup):
+            fleet.distributed_optimizer(paddle.optimizer.SGD(learning_rate=LR), strategy).minimize(first_loss)
+        second, second_startup, second_loss, names = _second_model()
+        with paddle.static.program_guard(second, second_startup):
+            paddle.optimizer.SGD(learning_rate=LR).minimize(second_loss)
+        paddle_ngraph.transpile(second, backend="CPU")
+        transports = {engines_of(p)[0].transport for p in (first, second)}
+        first_scope, second_scope = paddle.static.Scope(), paddle.static.Scope()
+        for step in range(SECOND_STEPS):
+            x, y = _second_batch(step)
+            rows = slice(rank * SECOND_ROWS, (rank + 1) * SECOND_ROWS)
+            feed = {"x": x[rows], "y": y[rows]}
+            for program, startup, loss, scope in ((first, first_startup, first_loss, first_scope),
+                                                  (second, second_startup, second_loss, second_scope)):
+                with paddle.static.scope_guard(scope):
+                    if step == 0:
+                        paddle.seed(SEED)  # the startup's random initializers draw when it runs
+                        exe.run(startup)
+                    exe.run(program, feed=feed, fetch_list=[loss])
+        params = [{n: np.array(scope.find_var(n).get_tensor()) for n in names} for scope in (first_scope, second_scope)]
+    return {"transports": len(transports), "same_as_make_transport": make_transport("ccl") in transports,
+            "params": params}
+
+
+def _second_reference():
+    """The same model with Paddle alone, one process, the global batch of every step."""
+    paddle.enable_static()
+    with paddle.pir_utils.IrGuard():
+        main, startup, loss, names = _second_model()
+        with paddle.static.program_guard(main, startup):
+            paddle.optimizer.SGD(learning_rate=LR).minimize(loss)
+        scope, exe = paddle.static.Scope(), paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(scope):
+            paddle.seed(SEED)
+            exe.run(startup)
+            for step in range(SECOND_STEPS):
+                x, y = _second_batch(step)
+                exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])
+            return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
+def test_under_paddle_launch_a_second_transpile_after_fleet_reuses_its_transport():
+    """A second connect of the ccl transport would open a second TCPStore server on rank 0's
+    trainer endpoint, which the first holds: Paddle's libuv store aborts the process on that (it
+    did, in elastic.run's transpile of a program built through fleet). Both programs run on the
+    one transport, and train as Paddle alone on the concatenated batch."""
+    run = run_ranks(fleet_program_then_a_second_transpile, NRANKS, launcher="launch", timeout=240)
+    reference = _second_reference()
+    for rank, result in enumerate(run.results):
+        assert result["transports"] == 1 and result["same_as_make_transport"], run.report(f"rank {rank}")
+        for index, which in enumerate(("fleet's program", "the second program")):
+            params, rank0 = result["params"][index], run.results[0]["params"][index]
+            for name, value in reference.items():
+                np.testing.assert_array_equal(params[name], rank0[name], err_msg=f"rank {rank}, {which}: {name}")
+                np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-7,
+                                           err_msg=f"rank {rank}, {which}: {name}")
