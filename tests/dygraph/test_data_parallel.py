@@ -262,3 +262,26 @@ def test_outputs_no_gradient_reaches_train_like_paddle(backend):
                 np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
         assert_state_close(reference, model)
         assert model.engine.eager_steps == 0 and model.engine.steps == 3
+
+
+def test_sync_batch_norm_layer_refused_before_any_step():
+    """A Layer with SyncBatchNorm: Paddle on CPU cannot run it (no sync_batch_norm CPU kernel; its
+    to_static refuses the op), so the engine's capture would fail and the eager fallback would stop
+    inside Paddle at the first forward. DataParallel refuses it at construction, naming the sublayers."""
+
+    class ConvSyncBN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2D(3, 4, 3, bias_attr=False)
+            self.norm = nn.SyncBatchNorm(4)
+            self.head = nn.Sequential(nn.Conv2D(4, 4, 1), nn.SyncBatchNorm(4, weight_attr=False, bias_attr=False))
+
+        def forward(self, x):
+            return self.head(self.norm(self.conv(x))).mean()
+
+    x = paddle.randn([2, 3, 6, 6])
+    with pytest.raises(RuntimeError, match="sync_batch_norm"):  # Paddle alone, as the premise says
+        ConvSyncBN()(x)
+    with pytest.raises(paddle_ngraph.ConfigError, match=r"ConvSyncBN holds paddle.nn.SyncBatchNorm sublayer\(s\) "
+                                                        r"norm, head.1: .*no CPU kernel"):
+        paddle_ngraph.DataParallel(ConvSyncBN())
