@@ -193,7 +193,11 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
     flow = [op for op in ops if op.type in _CONTROL_FLOW]
     if flow:
         where = "; ".join(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
-        raise CaptureError(f"Layer {name}: its forward has Python control flow on tensor values ({where}), "
+        # A PyLayer traces as a pd_op.pylayer block (its backward is the user's Python), not as a
+        # branch on a tensor's value: say which of the two the Layer has.
+        what = ("a PyLayer (paddle.autograd.PyLayer: a Python backward)"
+                if all(op.type == "pd_op.pylayer" for op in flow) else "Python control flow on tensor values")
+        raise CaptureError(f"Layer {name}: its forward has {what} ({where}), "
                            f"which the engine does not run in dygraph mode")
     data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
     params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]

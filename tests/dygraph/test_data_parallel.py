@@ -285,3 +285,47 @@ def test_sync_batch_norm_layer_refused_before_any_step():
     with pytest.raises(paddle_ngraph.ConfigError, match=r"ConvSyncBN holds paddle.nn.SyncBatchNorm sublayer\(s\) "
                                                         r"norm, head.1: .*no CPU kernel"):
         paddle_ngraph.DataParallel(ConvSyncBN())
+
+
+def test_pylayer_runs_eagerly_named_as_a_pylayer_and_trains_like_paddle(ngraph_logs):
+    """A forward calling a PyLayer traces as pd_op.pylayer, whose backward is the user's Python: the
+    Layer runs eagerly, the one message calls it a PyLayer (not control flow on tensor values), and
+    it trains as plain Paddle."""
+    from paddle.autograd import PyLayer
+
+    class Cube(PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensor()
+            return dy * 3.0 * x * x
+
+    class WithCube(TwoOutputs):
+        def forward(self, x):
+            return self.fc2(Cube.apply(F.tanh(self.fc1(x))))
+
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(3)
+        layer = WithCube()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        losses = []
+        for step in range(3):
+            loss = model(paddle.to_tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(2, 6) * (step + 1))).sum()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        runs.append((losses, [p.numpy() for p in model.parameters()]))
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "WithCube" in said[0] and "a PyLayer" in said[0] and "pd_op.pylayer" in said[0], said
+    assert "control flow" not in said[0], said
+    np.testing.assert_array_equal(runs[1][0], runs[0][0])
+    for got, ref in zip(runs[1][1], runs[0][1]):
+        np.testing.assert_array_equal(got, ref)
+    assert model.engine.eager_steps == 3 and model.engine.steps == 0
