@@ -329,3 +329,63 @@ def test_pylayer_runs_eagerly_named_as_a_pylayer_and_trains_like_paddle(ngraph_l
     for got, ref in zip(runs[1][1], runs[0][1]):
         np.testing.assert_array_equal(got, ref)
     assert model.engine.eager_steps == 3 and model.engine.steps == 0
+
+
+class Grouped(nn.Layer):
+    """Inputs in lists and tuples, nested, 9 tensors in all (a transformer's (word, position, bias)
+    groups), some of them reaching a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(6, 5)
+        self.dec = nn.Linear(6, 5)
+        self.out = nn.Linear(5, 3)
+
+    def forward(self, enc_inputs, dec_inputs, scale):
+        a, b, (c, d) = enc_inputs
+        e, f, g, h = dec_inputs
+        enc = F.tanh(self.enc(a + b) * c + d)
+        dec = F.tanh(self.dec(e * f) + g + h)
+        return self.out(enc * dec) * scale, enc.sum()
+
+
+def test_inputs_in_lists_and_tuples_are_captured_and_train_like_paddle():
+    rng = np.random.default_rng(7)
+    values = [rng.standard_normal(s).astype("float32") for s in
+              ([4, 6], [4, 6], [4, 5], [4, 5], [4, 6], [4, 6], [4, 5], [4, 5], [4, 3])]
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(11)
+        layer = Grouped()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        losses, input_grads = [], []
+        for step in range(3):
+            t = [paddle.to_tensor(v * (step + 1)) for v in values]
+            t[0].stop_gradient = t[6].stop_gradient = False  # in a tuple, and in a list
+            out, enc_sum = model((t[0], t[1], [t[2], t[3]]), [t[4], t[5], t[6], t[7]], t[8])
+            loss = (out * out).mean() + 0.01 * enc_sum
+            loss.backward()
+            input_grads.append([t[0].grad.numpy(), t[6].grad.numpy()])
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        runs.append((losses, input_grads, [p.numpy() for p in model.parameters()]))
+    assert model.engine.steps == 3 and model.engine.eager_steps == 0  # captured, not run eagerly
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    # Rounding of other summation orders, relative to each tensor as a whole (tests/harness.py).
+    for got, ref in zip(runs[1][1], runs[0][1]):
+        for g, r in zip(got, ref):
+            assert np.linalg.norm(g - r) <= 1e-5 * np.linalg.norm(r)
+    for got, ref in zip(runs[1][2], runs[0][2]):
+        assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_inputs_of_other_kinds_still_run_eagerly(ngraph_logs):
+    paddle.seed(11)
+    model = paddle_ngraph.DataParallel(Grouped())
+    t = [paddle.ones([2, 6]), paddle.ones([2, 6]), paddle.ones([2, 5]), paddle.ones([2, 5])]
+    model((t[0], t[1], [t[2], t[3]]), [t[0], t[1], t[2], t[3]], 2.0)  # a Python float
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "non-tensor positional inputs" in said[0], said
+    assert model.engine.eager_steps == 1 and model.engine.steps == 0
