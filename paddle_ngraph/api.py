@@ -10,7 +10,7 @@ def unsupported_ops(program, config=None, **overrides) -> list[dict]:
     (``transpiler/lowering.py`` ``plan_program``, for one rank): ``[{op_type, count, block, op_index,
     outputs, reason, detail}]``, empty when the engine runs the whole program. ``reason`` is why:
     ``no converter``, ``refused`` (the converter, the IR or the backend refused it as it is),
-    ``variable kind`` (it touches something other than a dense tensor) or ``control flow`` (its
+    ``variable kind`` (it touches something other than a dense tensor, or makes a LoD tensor) or ``control flow`` (its
     sub-blocks run in Paddle); ``detail`` says it for the type's first op. ``config`` and keyword
     ``overrides``: as for ``transpile`` (the backend decides some refusals)."""
     from .backends import backend_for

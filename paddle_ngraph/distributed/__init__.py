@@ -97,7 +97,7 @@ def initial_sync(engine, arrays):
             if param.attrs["role"] in ("parameter", "state"):
                 engine.transport.broadcast(array, root=0)
     if engine.scope_sync:
-        broadcast_scope_variables(engine.scope_sync, transport, force=True)
+        broadcast_scope_variables(engine.scope_sync, engine.transport, force=True)
 
 
 def _replicas_sync(engine, arrays, replicas: ReplicaGroups):

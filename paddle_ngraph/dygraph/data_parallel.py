@@ -46,6 +46,24 @@ def shared_transport(config: Config):
     return _TRANSPORTS[key]
 
 
+def check_layer(layer):
+    """Refuses, before any step, a Layer that neither the engine nor Paddle can run on CPU: one with
+    SyncBatchNorm sublayers. Paddle 3.3.1 registers no CPU kernel for sync_batch_norm, and its
+    to_static refuses the op on CPU, so the capture would fail and the eager fallback would then stop
+    inside Paddle's kernel lookup at the first forward."""
+    from ..errors import ConfigError
+
+    synced = [name or type(layer).__name__ for name, sub in layer.named_sublayers(include_self=True)
+              if isinstance(sub, paddle.nn.SyncBatchNorm)]
+    if synced:
+        raise ConfigError(
+            f"Layer {type(layer).__name__} holds paddle.nn.SyncBatchNorm sublayer(s) {', '.join(synced)}: Paddle "
+            f"{paddle.__version__} has no CPU kernel for sync_batch_norm and cannot capture it on CPU, so neither the "
+            "engine nor Paddle can run them. Use paddle.nn.BatchNorm2D (each rank normalizes its own batch, as "
+            "paddle.DataParallel without SyncBatchNorm), or a static program with sync_batch_norm: true "
+            "(statistics over all ranks)")
+
+
 class DataParallel(paddle.nn.Layer):
     """Wraps ``layer``; ``configs`` are the keys of ``strategy.ngraph_configs`` (``paddle_ngraph.Config``;
     configs/defaults.yaml), resolved as for static training; zero_stage, accumulate_steps and
@@ -55,6 +73,7 @@ class DataParallel(paddle.nn.Layer):
         super().__init__()
         config = Config(**resolve_config({**(configs or {}), **options}))
         check_options(config)
+        check_layer(layer)
         apply_log_level(config.log_level)
         self._layers = layer
         transport = shared_transport(config)

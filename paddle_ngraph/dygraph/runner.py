@@ -258,6 +258,7 @@ class LayerEngine:
         from ..transpiler.engine import register_engine
 
         self.layer = layer
+        self._regrouping: dict = {}  # input structure -> the Layer regrouping flat inputs for ``layer``
         self.config = config
         self.transport = transport
         # Under tensor parallelism (mp_degree > 1) Paddle's hybrid groups; gradients are averaged
@@ -336,21 +337,35 @@ class LayerEngine:
         import paddle
 
         global _ENGINE_CALL
+        given = args
+        layer = self.layer
         tensors = [a for a in args if isinstance(a, paddle.Tensor)]
         if len(tensors) != len(args):
-            return self.eager(args, "non-tensor positional inputs")
+            # Lists and tuples of tensors (a transformer's (word, position, bias) groups): captured
+            # flat, through a Layer that regroups them for the user's forward.
+            structure = _input_structure(args)
+            if structure is None:
+                return self.eager(args, "non-tensor positional inputs (only tensors and lists or tuples of them "
+                                        "are captured)")
+            tensors = _flatten_inputs(args)
+            layer = self._regrouping.get(structure)
+            if layer is None:
+                layer = self._regrouping[structure] = _regrouping_layer(self.layer, structure)
+            args = tuple(tensors)
         training = self.layer.training
         params = self.named_tensors()
         wants_grad = paddle.is_grad_enabled() and (
             any(not params[n].stop_gradient for n in params) or any(not t.stop_gradient for t in tensors))
         key = (training, wants_grad, tuple([(tuple(t.shape), t.dtype, t.stop_gradient) for t in tensors]))
+        if layer is not self.layer:
+            key += (_input_structure(given),)
         if key in self.refused:
-            return self.eager(args, None)
+            return self.eager(given, None)
         compiled = self.compiled.get(key)
         if compiled is None:
-            compiled = self._build(key, list(args), training, wants_grad)
+            compiled = self._build(key, list(args), training, wants_grad, layer)
             if compiled is None:
-                return self.eager(args, None)
+                return self.eager(given, None)
         self.steps += 1
         if not compiled.trains:
             outputs, _ = self.run_forward(compiled, tensors, train=False)
@@ -379,9 +394,9 @@ class LayerEngine:
             packed = packed[0]
         return packed
 
-    def _build(self, key, args, training: bool, wants_grad: bool):
+    def _build(self, key, args, training: bool, wants_grad: bool, layer=None):
         try:
-            compiled = self._compile(args, training, wants_grad)
+            compiled = self._compile(args, training, wants_grad, layer if layer is not None else self.layer)
         except CaptureError as e:
             if self.tensor_parallel:
                 raise self._cannot_run_eagerly(str(e)) from e
@@ -404,20 +419,21 @@ class LayerEngine:
                  "training" if training else "eval", [list(shape) for shape, _, _ in key[2]], where)
         return compiled
 
-    def _compile(self, args, training: bool, wants_grad: bool):
+    def _compile(self, args, training: bool, wants_grad: bool, layer):
         """The whole program on the engine where its converters take every op; else engine
-        segments with the other ops run by Paddle between them (``fallback``; segmented.py)."""
+        segments with the other ops run by Paddle between them (``fallback``; segmented.py).
+        ``layer``: the Layer, or the one regrouping flat inputs for it (``_regrouping_layer``)."""
         layout = self.layout
         if self.tensor_parallel:
             # Paddle cannot run the tensor-parallel ops on CPU: no segment of the Layer can be left
             # to it (nor, with them, the Layer: see eager()).
-            return Compiled(self, capture(self.layer, args, training, wants_grad, layout=layout))
+            return Compiled(self, capture(layer, args, training, wants_grad, layout=layout))
         if not self.config.fallback:
-            return Compiled(self, capture(self.layer, args, training, wants_grad))
-        traced = trace(self.layer, args, training, wants_grad)
+            return Compiled(self, capture(layer, args, training, wants_grad))
+        traced = trace(layer, args, training, wants_grad)
         if not traced.unconverted:
             try:
-                return Compiled(self, capture(self.layer, args, training, wants_grad, traced))
+                return Compiled(self, capture(layer, args, training, wants_grad, traced))
             except RefusedCaptureError:
                 pass  # the op a converter refuses runs in Paddle
         from .segmented import SegmentedCompiled
@@ -650,3 +666,69 @@ def check_options(config: dict):
     if config.sync_batch_norm:
         raise ConfigError("sync_batch_norm: not available in dygraph yet (each rank normalizes its own batch, as "
                           "paddle.DataParallel without SyncBatchNorm); sync_batch_norm must be false")
+
+
+def _input_structure(args):
+    """The nesting of positional inputs that are tensors or (nested) lists and tuples of tensors, as
+    a hashable value: ``"t"`` for a tensor, ``("list"|"tuple", (...))`` for a sequence; None when
+    anything else is among them (the Layer then runs eagerly)."""
+    import paddle
+
+    def of(value):
+        if isinstance(value, paddle.Tensor):
+            return "t"
+        if isinstance(value, (list, tuple)) and value:
+            inner = tuple(of(v) for v in value)
+            return None if None in inner else (type(value).__name__, inner)
+        return None
+
+    structure = tuple(of(a) for a in args)
+    return None if None in structure else structure
+
+
+def _flatten_inputs(args) -> list:
+    flat = []
+
+    def add(value):
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                add(v)
+        else:
+            flat.append(value)
+
+    for a in args:
+        add(a)
+    return flat
+
+
+def _regrouping_layer(layer, structure):
+    """A Layer taking the flat tensors of ``structure`` and calling ``layer`` with them regrouped.
+    Its forward is generated with the regrouping written out (``inner([x0, x1], x2)``), as the
+    translator reads the source of what it converts and refuses ``*args``. It holds ``layer`` as its
+    only sublayer (the same parameters, under the same names) and takes its class name, which the
+    capture's messages show."""
+    import paddle
+
+    from ..frontend.dygraph import function_with_source
+
+    count = [0]
+
+    def expression(node):
+        if node == "t":
+            count[0] += 1
+            return f"x{count[0] - 1}"
+        kind, inner = node
+        items = ", ".join(expression(n) for n in inner)
+        return f"[{items}]" if kind == "list" else f"({items},)"
+
+    call = ", ".join(expression(node) for node in structure)
+    names = ", ".join(f"x{i}" for i in range(count[0]))
+    forward = function_with_source("forward", f"def forward(self, {names}):\n    return self.inner({call})\n")
+
+    def init(self, inner):
+        paddle.nn.Layer.__init__(self)
+        self.inner = inner
+
+    regrouping = type(type(layer).__name__, (paddle.nn.Layer,), {"__init__": init, "forward": forward})(layer)
+    regrouping.training = layer.training
+    return regrouping

@@ -100,6 +100,28 @@ def _forward_8(self, x0, x1, x2, x3, x4, x5, x6, x7):
 
 
 _FORWARDS = {n: globals()[f"_forward_{n}"] for n in range(1, 9)}
+MAX_INPUTS = 64
+
+
+def function_with_source(name: str, source: str):
+    """The function ``name`` defined by ``source``, whose source the translator can read: it is
+    registered in linecache under a file name of its own, as if read from a file."""
+    import linecache
+
+    filename = f"<paddle_ngraph {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (our own generated source)
+    return namespace[name]
+
+
+def _forward_for(arity: int):
+    """The holder forward of ``arity`` inputs (written out up to 8, generated beyond)."""
+    if arity not in _FORWARDS and 1 <= arity <= MAX_INPUTS:
+        names = ", ".join(f"x{i}" for i in range(arity))
+        _FORWARDS[arity] = function_with_source(
+            f"_forward_{arity}", f"def _forward_{arity}(self, {names}):\n    return self.inner({names})\n")
+    return _FORWARDS.get(arity)
 
 
 class _Holder:
@@ -108,9 +130,9 @@ class _Holder:
     def __init__(self, layer, arity: int):
         import paddle
 
-        if arity not in _FORWARDS:
+        if _forward_for(arity) is None:
             raise CaptureError(f"Layer {layer_name(layer)}: {arity} positional inputs; the engine captures 1 to "
-                               f"{max(_FORWARDS)}")
+                               f"{MAX_INPUTS}")
 
         def init(self, inner):
             paddle.nn.Layer.__init__(self)
@@ -193,7 +215,11 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
     flow = [op for op in ops if op.type in _CONTROL_FLOW]
     if flow:
         where = "; ".join(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
-        raise CaptureError(f"Layer {name}: its forward has Python control flow on tensor values ({where}), "
+        # A PyLayer traces as a pd_op.pylayer block (its backward is the user's Python), not as a
+        # branch on a tensor's value: say which of the two the Layer has.
+        what = ("a PyLayer (paddle.autograd.PyLayer: a Python backward)"
+                if all(op.type == "pd_op.pylayer" for op in flow) else "Python control flow on tensor values")
+        raise CaptureError(f"Layer {name}: its forward has {what} ({where}), "
                            f"which the engine does not run in dygraph mode")
     data = [op.output_names()[0] for op in ops if op.type == "pd_op.data"]
     params = [op.output_names()[0] for op in ops if op.type == "builtin.parameter"]

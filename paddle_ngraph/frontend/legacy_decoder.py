@@ -56,8 +56,12 @@ def _var_info(var) -> VarInfo:
     import paddle
 
     kind = _kind(var)
-    shape, dtype = (), None
+    shape, dtype, lod_level = (), None, 0
     if kind == DENSE:
+        try:
+            lod_level = int(var.lod_level)
+        except (ValueError, TypeError, AttributeError, RuntimeError):
+            lod_level = 0
         try:
             shape = tuple(int(d) for d in var.shape)
         except (ValueError, TypeError, AttributeError):
@@ -70,7 +74,7 @@ def _var_info(var) -> VarInfo:
         trainable=bool(getattr(var, "trainable", True)) if is_param else False,
         is_data=bool(getattr(var, "is_data", False)),
         is_distributed=bool(getattr(var, "is_distributed", False)),
-        kind=kind,
+        kind=kind, lod_level=lod_level,
     )
 
 

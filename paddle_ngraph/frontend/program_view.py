@@ -45,6 +45,10 @@ class VarInfo:
     # The kind Paddle declares when the engine holds a dense form of it instead: ``selected_rows`` for
     # a sparse embedding's gradient on several ranks (transpiler/sparse_gradients.py); else None.
     declared_kind: str | None = None
+    # Legacy IR: the LoD (sequence offsets) levels Paddle declares for a dense tensor. The engine's
+    # outputs are plain tensors: a value with LoD must be made by Paddle, or the sequence ops
+    # reading it would find no offsets (transpiler/segments.py).
+    lod_level: int = 0
 
 
 @dataclass

@@ -24,7 +24,8 @@ Why an op stays with Paddle (``Plan.reasons``, what ``unsupported_ops``, the dum
 ``INFO`` line of ``transpile`` report): ``control flow`` (it holds sub-blocks: Paddle runs them,
 reading and writing the scope; what they read and write, nested blocks included, counts as the
 op's own inputs and outputs, the decoders' ``CAPTURED`` slot), ``variable kind`` (it reads or
-writes something other than a dense tensor: a tensor array, selected rows, step scopes, ...),
+writes something other than a dense tensor: a tensor array, selected rows, step scopes, ...; or it
+makes a tensor with LoD, whose sequence offsets the engine's outputs would drop),
 ``no converter``, or ``refused`` (its converter, the IR or the backend refused it as it is).
 
 Gradients: each is averaged across ranks exactly once, before its optimizer
@@ -130,6 +131,14 @@ def structural_reason(view: ProgramView, op) -> tuple[str, str] | None:
             kinds.setdefault(name, info.kind)
     if kinds:
         return VARIABLE_KIND, ", ".join(f"{name} is {kind}" for name, kind in kinds.items())
+    # A value with LoD (legacy sequence ops): Paddle's kernels pass the offsets on from input to
+    # output, the engine's outputs carry none, so the op making it stays with Paddle. Reading one is
+    # fine: an op on the engine computes on the tensor as Paddle does.
+    with_lod = [name for name in op.output_names()
+                if (info := view.vars.get(name)) is not None and info.lod_level > 0]
+    if with_lod:
+        return VARIABLE_KIND, ", ".join(f"{name} is a LoD tensor (level {view.vars[name].lod_level}), "
+                                        f"whose offsets the engine does not keep" for name in dict.fromkeys(with_lod))
     return None
 
 
@@ -377,11 +386,25 @@ def _kind(block0: _Block, name: str) -> str:
 
 def _order_inputs(view, block0: _Block, fallback: list, segments: list):
     """Order-only inputs: the previous segment's token (added by the rewrite) and one output of
-    every Paddle op since the previous segment."""
+    every Paddle op since the previous segment. Paddle's operator refuses an input no kernel wrote,
+    and an op may leave an output it lists unwritten (sequence_pool's MaxIndex unless it pools by
+    max, which sequence_pool_grad still lists as an input; an ``XShape`` holds dims, no data), so
+    the output is, by preference, one of the op's ``Out`` slot, one a segment reads, one any op
+    reads, else its first; never an ``XShape``."""
+    engine_read = {name for seg in segments for op in seg.ops for name in op.input_names()}
+    read = {name for op in view.ops for name in op.input_names()}
+
+    def order_output(op):
+        xshape = set(op.outputs.get(normalize("XShape")) or ())
+        names = [n for n in op.output_names() if n not in xshape]
+        preferred = ([n for n in (op.outputs.get("out") or []) if n] + [n for n in names if n in engine_read]
+                     + [n for n in names if n in read] + names)
+        return next(iter(preferred), None)
+
     previous_position = -1
     for seg in segments:
         start = block0.position[id(seg.first)]
-        seg.after = [next(iter(op.output_names()), None) for op in fallback
+        seg.after = [order_output(op) for op in fallback
                      if previous_position < block0.position[id(op)] < start]
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start

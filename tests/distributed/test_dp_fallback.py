@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import assert_trained_close, ir_guard
-from ranks import run_ranks
+from ranks import LAUNCHERS, run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "transpiler"))
@@ -68,3 +68,68 @@ def test_ranks_equal_one_process(trained_by_rank, ir, middle, optimizer, backend
         for r in ranks[1:]:
             assert np.array_equal(r[name], ranks[0][name]), f"{name}: ranks differ"
         assert_trained_close(ranks[0][name], ref, optimizer, name, lr=0.1, norm_tol=1e-5, elementwise=False)
+
+
+def _lod_on_this_rank(backend):
+    import paddle
+
+    paddle.enable_static()
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PADDLE_TRAINER_ID", "0")))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PADDLE_TRAINERS_NUM", "1")))
+    with ir_guard("legacy"):
+        _, losses, params = fm.lod_train(STEPS, transpile={"backend": backend}, rank=rank, nranks=size)
+    return losses, params
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_lod_sequences_on_ranks_equal_one_process(launcher):
+    """A LoD program (the ops making LoD tensors left to Paddle, sequence_pool too) on 2 ranks, each
+    on half of the sequences of every batch (another total length on each rank), trains as one
+    process on all of them: the gradients Paddle's ops make are averaged before the engine's SGD."""
+    results = run_ranks(_lod_on_this_rank, 2, "CPU", launcher=launcher).results
+    with ir_guard("legacy"):
+        _, ref_losses, ref_params = fm.lod_train(STEPS)
+    np.testing.assert_allclose(np.mean([r[0] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-7)
+    for name, ref in ref_params.items():
+        assert np.array_equal(results[1][1][name], results[0][1][name]), f"{name}: ranks differ"
+        assert_trained_close(results[0][1][name], ref, "sgd", name, lr=0.1, norm_tol=1e-5, elementwise=False)
+
+
+def _transpiled_before_startup(backend):
+    """As fleet's minimize does: transpile, then run the startup program (each rank its own seed)."""
+    import paddle
+
+    import paddle_ngraph
+
+    paddle.enable_static()
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PADDLE_TRAINER_ID", "0")))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PADDLE_TRAINERS_NUM", "1")))
+    xs, ys = fm.data(STEPS, BATCH)
+    with ir_guard("legacy"):
+        paddle.seed(1 + rank)
+        main, startup, loss = fm.build("param_logcumsumexp", "sgd")
+        paddle_ngraph.transpile(main, backend=backend)
+        share = BATCH // size
+        scope = paddle.static.Scope()
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            losses = [float(exe.run(main, feed={"x": x[rank * share:(rank + 1) * share],
+                                                "y": y[rank * share:(rank + 1) * share]}, fetch_list=[loss])[0])
+                      for x, y in zip(xs, ys)]
+            params = {n: np.array(scope.find_var(n).get_tensor()) for n in fm.parameter_names(main)}
+    return losses, params
+
+
+def test_parameters_only_paddle_reads_broadcast_when_transpiled_before_startup():
+    """A parameter only a Paddle op reads (``offset``), the program transpiled before the startup
+    program runs (fleet's order): the first engine copies rank 0's value to every rank before that
+    op reads it, and the ranks train as one process."""
+    results = run_ranks(_transpiled_before_startup, 2, "CPU").results
+    xs, ys = fm.data(STEPS, BATCH)
+    with ir_guard("legacy"):
+        _, ref_losses, ref_params = fm.train("param_logcumsumexp", "sgd", xs, ys)
+    np.testing.assert_allclose(np.mean([r[0] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-7)
+    for name, ref in ref_params.items():
+        assert np.array_equal(results[1][1][name], results[0][1][name]), f"{name}: ranks differ"
+        assert_trained_close(results[0][1][name], ref, "sgd", name, lr=0.1, norm_tol=1e-5, elementwise=False)

@@ -262,3 +262,130 @@ def test_outputs_no_gradient_reaches_train_like_paddle(backend):
                 np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
         assert_state_close(reference, model)
         assert model.engine.eager_steps == 0 and model.engine.steps == 3
+
+
+def test_sync_batch_norm_layer_refused_before_any_step():
+    """A Layer with SyncBatchNorm: Paddle on CPU cannot run it (no sync_batch_norm CPU kernel; its
+    to_static refuses the op), so the engine's capture would fail and the eager fallback would stop
+    inside Paddle at the first forward. DataParallel refuses it at construction, naming the sublayers."""
+
+    class ConvSyncBN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2D(3, 4, 3, bias_attr=False)
+            self.norm = nn.SyncBatchNorm(4)
+            self.head = nn.Sequential(nn.Conv2D(4, 4, 1), nn.SyncBatchNorm(4, weight_attr=False, bias_attr=False))
+
+        def forward(self, x):
+            return self.head(self.norm(self.conv(x))).mean()
+
+    x = paddle.randn([2, 3, 6, 6])
+    with pytest.raises(RuntimeError, match="sync_batch_norm"):  # Paddle alone, as the premise says
+        ConvSyncBN()(x)
+    with pytest.raises(paddle_ngraph.ConfigError, match=r"ConvSyncBN holds paddle.nn.SyncBatchNorm sublayer\(s\) "
+                                                        r"norm, head.1: .*no CPU kernel"):
+        paddle_ngraph.DataParallel(ConvSyncBN())
+
+
+def test_pylayer_runs_eagerly_named_as_a_pylayer_and_trains_like_paddle(ngraph_logs):
+    """A forward calling a PyLayer traces as pd_op.pylayer, whose backward is the user's Python: the
+    Layer runs eagerly, the one message calls it a PyLayer (not control flow on tensor values), and
+    it trains as plain Paddle."""
+    from paddle.autograd import PyLayer
+
+    class Cube(PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensor()
+            return dy * 3.0 * x * x
+
+    class WithCube(TwoOutputs):
+        def forward(self, x):
+            return self.fc2(Cube.apply(F.tanh(self.fc1(x))))
+
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(3)
+        layer = WithCube()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        losses = []
+        for step in range(3):
+            loss = model(paddle.to_tensor(np.linspace(-1, 1, 12, dtype="float32").reshape(2, 6) * (step + 1))).sum()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        runs.append((losses, [p.numpy() for p in model.parameters()]))
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "WithCube" in said[0] and "a PyLayer" in said[0] and "pd_op.pylayer" in said[0], said
+    assert "control flow" not in said[0], said
+    np.testing.assert_array_equal(runs[1][0], runs[0][0])
+    for got, ref in zip(runs[1][1], runs[0][1]):
+        np.testing.assert_array_equal(got, ref)
+    assert model.engine.eager_steps == 3 and model.engine.steps == 0
+
+
+class Grouped(nn.Layer):
+    """Inputs in lists and tuples, nested, 9 tensors in all (a transformer's (word, position, bias)
+    groups), some of them reaching a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(6, 5)
+        self.dec = nn.Linear(6, 5)
+        self.out = nn.Linear(5, 3)
+
+    def forward(self, enc_inputs, dec_inputs, scale):
+        a, b, (c, d) = enc_inputs
+        e, f, g, h = dec_inputs
+        enc = F.tanh(self.enc(a + b) * c + d)
+        dec = F.tanh(self.dec(e * f) + g + h)
+        return self.out(enc * dec) * scale, enc.sum()
+
+
+def test_inputs_in_lists_and_tuples_are_captured_and_train_like_paddle():
+    rng = np.random.default_rng(7)
+    values = [rng.standard_normal(s).astype("float32") for s in
+              ([4, 6], [4, 6], [4, 5], [4, 5], [4, 6], [4, 6], [4, 5], [4, 5], [4, 3])]
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(11)
+        layer = Grouped()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        losses, input_grads = [], []
+        for step in range(3):
+            t = [paddle.to_tensor(v * (step + 1)) for v in values]
+            t[0].stop_gradient = t[6].stop_gradient = False  # in a tuple, and in a list
+            out, enc_sum = model((t[0], t[1], [t[2], t[3]]), [t[4], t[5], t[6], t[7]], t[8])
+            loss = (out * out).mean() + 0.01 * enc_sum
+            loss.backward()
+            input_grads.append([t[0].grad.numpy(), t[6].grad.numpy()])
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        runs.append((losses, input_grads, [p.numpy() for p in model.parameters()]))
+    assert model.engine.steps == 3 and model.engine.eager_steps == 0  # captured, not run eagerly
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    # Rounding of other summation orders, relative to each tensor as a whole (tests/harness.py).
+    for got, ref in zip(runs[1][1], runs[0][1]):
+        for g, r in zip(got, ref):
+            assert np.linalg.norm(g - r) <= 1e-5 * np.linalg.norm(r)
+    for got, ref in zip(runs[1][2], runs[0][2]):
+        assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_inputs_of_other_kinds_still_run_eagerly(ngraph_logs):
+    paddle.seed(11)
+    model = paddle_ngraph.DataParallel(Grouped())
+    t = [paddle.ones([2, 6]), paddle.ones([2, 6]), paddle.ones([2, 5]), paddle.ones([2, 5])]
+    model((t[0], t[1], [t[2], t[3]]), [t[0], t[1], t[2], t[3]], 2.0)  # a Python float
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "non-tensor positional inputs" in said[0], said
+    assert model.engine.eager_steps == 1 and model.engine.steps == 0

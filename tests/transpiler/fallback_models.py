@@ -105,3 +105,54 @@ def run_steps(main, startup, loss, xs, ys, read, transpile=None, rank=0, nranks=
             feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
             losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
         return np.array(losses), read(scope)
+
+
+# --- LoD (legacy sequence ops) --------------------------------------------------------------------
+LOD_BATCH = 4  # sequences per step
+
+
+def lod_program(lr: float = 0.1):
+    """Legacy IR: sequences of 3-feature steps -> Linear (mul on the LoD input: its output carries
+    the offsets) -> tanh -> sequence_pool (sum, no converter) -> Linear -> mean squared error; SGD."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    main.random_seed = startup.random_seed = 1
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("seq", [-1, 3], "float32", lod_level=1)
+        y = paddle.static.data("y", [-1, 1], "float32")
+        h = paddle.static.nn.fc(x, 5, activation="tanh")
+        pooled = paddle.static.nn.sequence_lod.sequence_pool(h, pool_type="sum")
+        loss = paddle.mean(paddle.square(paddle.static.nn.fc(pooled, 1) - y))
+        paddle.optimizer.SGD(lr).minimize(loss)
+    return main, startup, loss
+
+
+def lod_train(steps: int, transpile=None, rank=0, nranks=1):
+    """(program, losses, parameters) of ``steps`` steps of ``lod_program`` on sequences of 1-4
+    steps (another total length every step, and on every rank); with ``transpile`` on the engine,
+    each rank feeding its ``1/nranks`` share of the sequences of every batch."""
+    import paddle_ngraph
+    from paddle.base import core
+
+    main, startup, loss = lod_program()
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    rng = np.random.RandomState(3)
+    share = LOD_BATCH // nranks
+    losses = []
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if transpile is not None:
+            paddle_ngraph.transpile(main, **transpile)
+        for _ in range(steps):
+            lengths = [int(n) for n in rng.randint(1, 5, LOD_BATCH)]
+            steps_x = rng.uniform(-1, 1, (sum(lengths), 3)).astype("float32")
+            ys = rng.uniform(-1, 1, (LOD_BATCH, 1)).astype("float32")
+            mine = range(rank * share, (rank + 1) * share)
+            offsets = np.cumsum([0] + lengths)
+            seq = core.LoDTensor()
+            seq.set(np.concatenate([steps_x[offsets[i]:offsets[i + 1]] for i in mine]), paddle.CPUPlace())
+            seq.set_recursive_sequence_lengths([[lengths[i] for i in mine]])
+            (value,) = exe.run(main, feed={"seq": seq, "y": ys[rank * share:(rank + 1) * share]}, fetch_list=[loss])
+            losses.append(float(np.asarray(value)))
+        params = {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in main.all_parameters()}
+    return main, np.array(losses), params

@@ -217,3 +217,26 @@ def test_shape_grads_whose_forward_ops_paddle_runs(backend_name, hide_converters
                     assert not {"reshape2_grad", "unsqueeze2_grad", "flatten_contiguous_range_grad"} & set(types)
                 runs.append([float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])[0]) for _ in range(STEPS)])
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)
+
+
+# --- LoD (legacy sequence ops) ------------------------------------------------------------------------
+def test_ops_making_lod_tensors_stay_with_paddle(backend):
+    """The engine's outputs carry no LoD: a Linear on a LoD input, run by the engine, handed
+    sequence_pool a tensor without offsets (Paddle: "does not contain LoD information"). The ops
+    that make LoD tensors stay with Paddle; the rest of the program runs on the engine and trains
+    as Paddle trains it. Legacy IR only: PIR programs have no LoD levels."""
+    with ir_guard("legacy"):
+        _, ref_losses, ref_params = fm.lod_train(STEPS)
+        main, losses, params = fm.lod_train(STEPS, transpile={"backend": backend})
+        plan = plan_segments(decode(fm.lod_program()[0]))
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-7)
+    for name in ref_params:
+        assert_trained_close(params[name], ref_params[name], "sgd", name, lr=0.1)
+    left = {op.type: plan.reason(op) for op in plan.fallback}
+    # mul and elementwise_add (fc), tanh and their gradients make LoD tensors; sequence_pool has no converter.
+    for op_type in ("mul", "elementwise_add", "tanh", "tanh_grad", "elementwise_add_grad"):
+        category, detail = left[op_type]
+        assert category == "variable kind" and "LoD tensor" in detail, (op_type, detail)
+    assert left["sequence_pool"][0] == "no converter"
+    types = op_types(main)
+    assert sum(map(is_engine_op, types)) >= 1 and "sgd" not in types  # the second Linear, loss and updates
