@@ -73,7 +73,7 @@ def main(argv=None):
         from paddle_ngraph.dygraph.runner import trace
         from paddle_ngraph.dygraph.segmented import SegmentedCompiled
 
-        engine._compile = lambda a, training, grad: SegmentedCompiled(engine, trace(engine.layer, a, training, grad))
+        engine._compile = lambda a, training, grad, layer: SegmentedCompiled(engine, trace(layer, a, training, grad))
 
     models = {}
     for mode in MODES:
