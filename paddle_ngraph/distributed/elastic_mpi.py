@@ -76,6 +76,10 @@ def _guarded(method):
     return run
 
 
+class LostAtStartError(RankLostError):
+    """A rank died before the elastic group was formed (no commit exists yet)."""
+
+
 class ElasticMpiTransport(MpiTransport):
     name = "MPI (elastic)"
     # No stall watchdog: ULFM reports a dead rank, and the watchdog's side channel is hosted by
@@ -91,7 +95,17 @@ class ElasticMpiTransport(MpiTransport):
             if not fault_tolerance_enabled():
                 raise ConfigError("elastic training needs Open MPI's fault tolerance: start the job with "
                                   "`mpirun --with-ft ulfm ...` (without it mpirun ends every rank when one dies)")
-            comm = MPI.COMM_WORLD.Dup()
+            try:
+                comm = MPI.COMM_WORLD.Dup()
+                comm.Set_errhandler(MPI.ERRORS_RETURN)
+                if members is None:
+                    members = comm.allgather(member(MPI.COMM_WORLD.Get_rank()))
+            except MPI.Exception as e:
+                if e.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED):
+                    raise
+                raise LostAtStartError(
+                    f"world rank {MPI.COMM_WORLD.Get_rank()}: a rank of the job died before the elastic group was "
+                    f"formed ({e.Get_error_string()}); there is no commit to go back to: start the job again") from None
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         super().__init__(comm)
         self.shared_memory = False

@@ -70,7 +70,14 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        transport = start_group(growable=growth is not None)
+        try:
+            transport = start_group(growable=growth is not None)
+        except RankLostError:
+            # A rank died before the group formed: every survivor raises this, and ends without
+            # MPI_Finalize (which would wait for the dead rank), so that mpirun ends too.
+            _arm_exit(lost=True)
+            _ENDING["status"] = 1  # whatever the caller does with the error: the job failed
+            raise
         launch = detect_launcher()
         resumed = transport is None and launch.launcher == "paddle" and _resume_from_disk(state, launch)
         if state.commits == 0:

@@ -568,3 +568,27 @@ def test_under_paddles_launcher_a_restart_on_fewer_ranks_applies_on_resize(tmp_p
         assert "on_resize='scale_lr': 3 -> 2 ranks" in run.rank_stderr[world], run.report("no resize message")
         assert result["lr"] == reference.results[world]["lr"] == 0.05 * (2 / 3)
         _assert_bitwise(result["params"], reference.results[world]["params"], f"world rank {world}")
+
+
+def lost_at_start_job(checkpoint_dir):
+    """World rank 1 dies after MPI_Init but before the elastic group is formed; the others call
+    elastic.run. (A rank dead before MPI_Init leaves the others in MPI_Init: Open MPI's start-up.)"""
+    from mpi4py import MPI  # MPI_Init
+
+    MPI.COMM_WORLD.Barrier()
+    if _world() == KILLED_WORLD_RANK:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return elastic_job(checkpoint_dir, 2)
+
+
+def test_a_rank_lost_before_the_group_forms_ends_every_survivor_with_the_typed_error(tmp_path):
+    """No commit exists yet: the survivors cannot go back to one. Each raises LostAtStartError and
+    ends without MPI_Finalize (which would wait for the dead rank), so the job ends, none hangs."""
+    run = run_ranks(lost_at_start_job, 3, str(tmp_path), launcher_args=ULFM, timeout=120, check=False)
+    assert run.returncode != 0
+    assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
+    for world in (0, 2):
+        end = run.ends[world]
+        assert end is not None and end["exit"] != 0, run.report(f"world rank {world} did not stop")
+        assert "LostAtStartError" in end["error"], run.report("not the typed error")
+        assert "died before the elastic group was formed" in end["error"], run.report("no message")
