@@ -103,9 +103,11 @@ class ElasticMpiTransport(MpiTransport):
             except MPI.Exception as e:
                 if e.Get_error_class() not in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED):
                     raise
-                raise LostAtStartError(
+                error = LostAtStartError(
                     f"world rank {MPI.COMM_WORLD.Get_rank()}: a rank of the job died before the elastic group was "
-                    f"formed ({e.Get_error_string()}); there is no commit to go back to: start the job again") from None
+                    f"formed ({e.Get_error_string()}); there is no commit to go back to: start the job again")
+                error.survivors = _survivors_at_start(MPI, comm)
+                raise error from None
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         super().__init__(comm)
         self.shared_memory = False
@@ -325,6 +327,25 @@ class ElasticMpiTransport(MpiTransport):
 
     def __repr__(self):
         return f"<{self.name} transport rank {self.rank} of {self.size}, world ranks {self.world_ranks}>"
+
+
+def _survivors_at_start(MPI, comm):
+    """The survivors of a loss before the group formed, agreed by all of them (MPI_Comm_shrink of
+    MPI_COMM_WORLD), or None if that failed too. Revoking first wakes a survivor still waiting in
+    the duplicate or the gather. The survivors meet on it again at exit (elastic/run.py): mpirun
+    ends the job when one of them exits with an error, and a survivor that had not yet noticed
+    the loss was seen killed that way before it could say why."""
+    for broken in (MPI.COMM_WORLD, comm):
+        if broken is None:
+            continue
+        try:
+            broken.Revoke()
+        except MPI.Exception:
+            pass  # already revoked by another survivor
+    try:
+        return MPI.COMM_WORLD.Shrink()
+    except MPI.Exception:
+        return None
 
 
 def member(world_rank: int) -> tuple:

@@ -72,10 +72,12 @@ def run(func=None, *, min_ranks: int = 1, max_ranks: int | None = None, discover
     def wrapper(state, *args, **kwargs):
         try:
             transport = start_group(growable=growth is not None)
-        except RankLostError:
+        except RankLostError as error:
             # A rank died before the group formed: every survivor raises this, and ends without
-            # MPI_Finalize (which would wait for the dead rank), so that mpirun ends too.
+            # MPI_Finalize (which would wait for the dead rank), so that mpirun ends too; the
+            # survivors leave together, each having said why.
             _arm_exit(lost=True)
+            _ENDING["meet"] = getattr(error, "survivors", None)
             _ENDING["status"] = 1  # whatever the caller does with the error: the job failed
             raise
         launch = detect_launcher()
@@ -207,7 +209,8 @@ def _restore(survivors, state, min_ranks: int, gone: list[int], lost: str, on_re
     state.reset()
 
 
-_ENDING = {"armed": False, "lost": False, "status": 0}
+# "meet": a communicator of the survivors to pass a barrier on before leaving (or None).
+_ENDING = {"armed": False, "lost": False, "status": 0, "meet": None}
 
 
 def _arm_exit(lost: bool = False):
@@ -242,6 +245,19 @@ def _arm_exit(lost: bool = False):
                 stream.flush()
             except (OSError, ValueError):
                 pass
+        if _ENDING["meet"] is not None:
+            _meet_before_leaving(_ENDING["meet"])
         os._exit(_ENDING["status"])
 
     atexit.register(end)  # after mpi4py's registration, so it runs first
+
+
+def _meet_before_leaving(survivors):
+    """A barrier of the survivors; a failure there (another loss) just ends the wait."""
+    from mpi4py import MPI
+
+    try:
+        survivors.Set_errhandler(MPI.ERRORS_RETURN)
+        survivors.Barrier()
+    except MPI.Exception:
+        pass
