@@ -118,7 +118,9 @@ def _sub_blocks(program, op) -> list:
 def _captured_names(program, blocks) -> tuple[list[str], list[str]]:
     """Variables of enclosing blocks that the ops of ``blocks`` (and of their own sub-blocks,
     recursively) read before writing them, and those they write: ``(reads, writes)``. A variable
-    a sub-block declares itself is its own, neither."""
+    a sub-block declares itself is its own, neither. What they write counts as read too: a
+    sub-block may not run (a false condition, a loop of no iteration), and what it leaves
+    unwritten keeps the value from before (a ``ConditionalBlock`` assigning a default's variable)."""
     own: set[str] = set()
     defined, reads, writes = set(), [], []
 
@@ -136,7 +138,7 @@ def _captured_names(program, blocks) -> tuple[list[str], list[str]]:
     for block in blocks:
         walk(block)
     outer = lambda names: [n for n in dict.fromkeys(names) if n not in own]  # noqa: E731
-    return outer(reads), outer(writes)
+    return outer(reads + writes), outer(writes)
 
 
 def _nested_updates(program, blocks) -> list[tuple[str, str]]:

@@ -390,13 +390,26 @@ def _order_inputs(view, block0: _Block, fallback: list, segments: list):
     and an op may leave an output it lists unwritten (sequence_pool's MaxIndex unless it pools by
     max, which sequence_pool_grad still lists as an input; an ``XShape`` holds dims, no data), so
     the output is, by preference, one of the op's ``Out`` slot, one a segment reads, one any op
-    reads, else its first; never an ``XShape``."""
+    reads, else its first; never an ``XShape``. A control-flow op writes what its sub-block writes
+    only when the sub-block runs, and ``select_output`` only the output its mask picks: of theirs,
+    only a variable that holds a value before the op counts (persistable, fed, or written by an op
+    before it, such as a ``ConditionalBlock``'s default); with none, the op orders nothing (what a
+    segment reads from it is then a value Paddle could not read either when the block did not run)."""
     engine_read = {name for seg in segments for op in seg.ops for name in op.input_names()}
     read = {name for op in view.ops for name in op.input_names()}
+
+    def holds_value_before(name, op):
+        info = view.vars.get(name)
+        if info is not None and (info.persistable or info.is_data):
+            return True
+        return block0.producer(name, block0.position[id(op)]) is not None
 
     def order_output(op):
         xshape = set(op.outputs.get(normalize("XShape")) or ())
         names = [n for n in op.output_names() if n not in xshape]
+        if op.control_flow or op.type == "select_output":
+            names = [n for n in names if holds_value_before(n, op)]
+            return next(iter(names), None)
         preferred = ([n for n in (op.outputs.get("out") or []) if n] + [n for n in names if n in engine_read]
                      + [n for n in names if n in read] + names)
         return next(iter(preferred), None)

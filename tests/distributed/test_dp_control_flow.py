@@ -2,7 +2,8 @@
 concatenated batch: GradientMergeOptimizer's update in a conditional_block reads sums of averaged
 gradients (the segment making each sum averages it and writes the average back), LookAhead's (in
 both IRs: in PIR its assign_out_ writes the slow weights into the parameters the engine updates) and
-ModelAverage's extra ops and a while loop run in Paddle between engine segments. Ranks end
+ModelAverage's extra ops, a while loop and legacy conditional blocks (with select_input/select_output)
+run in Paddle between engine segments. Ranks end
 bitwise identical."""
 import os
 import sys
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.distributed
 
 STEPS, BATCH, NRANKS = 6, 12, 2
 CASES = [("gradient_merge", "CPU", "legacy"), ("lookahead", "CPU", "legacy"), ("lookahead", "CPU", "pir"),
-         ("model_average", "INTERPRETER", "legacy"), ("while_loop", "CPU", "legacy")]
+         ("model_average", "INTERPRETER", "legacy"), ("while_loop", "CPU", "legacy"),
+         ("conditional_block", "CPU", "legacy"), ("select_input", "INTERPRETER", "legacy")]
 
 
 def train_on_this_rank(cases):

@@ -11,6 +11,12 @@ through the optimizer or the control flow ``name`` chooses:
 - ``ema``: SGD, and ``paddle.static.ExponentialMovingAverage.update``.
 - ``while_loop``: a ``static.nn.while_loop`` in the forward pass (three steps of h -> 0.5 h + 0.1).
 - ``cond``: a ``static.nn.cond`` in the forward pass (PIR only: Paddle 3.3.1's legacy cond fails).
+- ``conditional_block``: (legacy) a ``ConditionalBlock`` overwriting a default with a Linear of
+  its own on the steps its predicate holds (every other step, by a persistable step counter, the
+  same on every rank).
+- ``select_input``: (legacy) what Paddle's legacy ``static.nn.cond`` emits, built from its parts
+  since that function fails in Paddle 3.3.1: a ``ConditionalBlock`` per branch, each writing a
+  variable of its own, and ``select_input`` picking one (``select_output`` in the backward).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import paddle
 
 from fallback_models import CLASSES, FEATURES, HIDDEN, data, run_steps  # noqa: F401  (data: the same batches)
 LR = 0.1
-NAMES = ("gradient_merge", "lookahead", "model_average", "ema", "while_loop", "cond")
+NAMES = ("gradient_merge", "lookahead", "model_average", "ema", "while_loop", "cond", "conditional_block", "select_input")
 
 
 def build(name: str, batch: int = -1):
@@ -35,6 +41,8 @@ def build(name: str, batch: int = -1):
             _, h = paddle.static.nn.while_loop(lambda i, h: i < limit, lambda i, h: [i + 1, h * 0.5 + 0.1], [i, h])
         elif name == "cond":
             h = paddle.static.nn.cond(paddle.mean(h) > 0.2, lambda: h * 2.0, lambda: h - 0.5)
+        elif name in ("conditional_block", "select_input"):
+            h = _legacy_branches(name, h)
         logits = paddle.nn.Linear(HIDDEN, CLASSES)(h)
         loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
         sgd = paddle.optimizer.SGD(LR)
@@ -49,6 +57,38 @@ def build(name: str, batch: int = -1):
         elif name == "ema":
             paddle.static.ExponentialMovingAverage(0.9).update()
     return main, startup, loss
+
+
+def _legacy_branches(name, h):
+    from paddle.static.nn.control_flow import ConditionalBlock, select_input
+
+    step = paddle.static.create_global_var([1], 0, "int64", persistable=True, name="step")
+    paddle.increment(step)
+    even = paddle.equal(step % 2, paddle.zeros([1], "int64"))
+    if name == "conditional_block":
+        inner = paddle.nn.Linear(HIDDEN, HIDDEN)
+        out = paddle.tensor.create_tensor("float32")
+        paddle.assign(h - 0.5, out)
+        with ConditionalBlock([even], is_scalar_condition=True).block():
+            paddle.assign(inner(h) * 2.0, out)
+        return out
+    odd = _legacy_logical_not(even)
+    taken, other = paddle.tensor.create_tensor("float32"), paddle.tensor.create_tensor("float32")
+    with ConditionalBlock([even], is_scalar_condition=True).block():
+        paddle.assign(h * 2.0, taken)
+    with ConditionalBlock([odd], is_scalar_condition=True).block():
+        paddle.assign(h - 0.5, other)
+    return select_input([other, taken], paddle.cast(even, "int32"))
+
+
+def _legacy_logical_not(x):
+    """``paddle.logical_not`` of a legacy program (Paddle 3.3.1's calls a PIR-only function)."""
+    from paddle.base.layer_helper import LayerHelper
+
+    helper = LayerHelper("logical_not")
+    out = helper.create_variable_for_type_inference("bool")
+    helper.append_op(type="logical_not", inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
 
 
 def persistable_names(main) -> list[str]:

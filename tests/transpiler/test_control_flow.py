@@ -22,6 +22,9 @@ LEGACY_LEFT_TO_PADDLE = {
     "lookahead": {},  # its step counter's % runs on the engine too
     "model_average": {"average_accumulates": NO_CONVERTER},
     "while_loop": {"while": CONTROL_FLOW, "while_grad": CONTROL_FLOW},
+    "conditional_block": {"conditional_block": CONTROL_FLOW, "conditional_block_grad": CONTROL_FLOW},
+    "select_input": {"conditional_block": CONTROL_FLOW, "conditional_block_grad": CONTROL_FLOW,
+                     "select_input": NO_CONVERTER, "select_output": NO_CONVERTER},
 }
 
 
