@@ -29,7 +29,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ..errors import ConversionError
+from ..errors import ConfigError, ConversionError
+from . import sharded_state
 
 
 @dataclass
@@ -158,6 +159,46 @@ def check_fetch(original: Original, fetch_list) -> None:
             f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile")
 
 
+def check_reads_of_freed_state(program) -> None:
+    """A program of Paddle's (not transpiled) reading optimizer state that ZeRO-1 freed in the scope
+    (only the ranks' slices hold it between checkpoints) would fail in Paddle with "Tensor holds no
+    memory", or save nothing true: a save program (``paddle.static.save``, fleet's
+    ``save_persistables``, its sharding ``utils.save_persistables``) is the usual reader."""
+    from paddle.base.framework import Program
+
+    if not isinstance(program, Program):
+        return  # a PIR program (ZeRO-1's state is freed the same way; its readers are not checked here)
+    freed = sharded_state.freed_variables()
+    if not freed:
+        return
+    for op in program.global_block().ops:
+        for name in op.input_arg_names:
+            if name in freed:
+                raise _freed_state_error(f"op '{op.type}' of the program run reads", name, freed[name])
+
+
+def check_saved_state_not_freed(program) -> None:
+    """``paddle.static.save`` reads the scope itself, not through a program: a variable ZeRO-1 freed
+    would be saved as an empty array, a checkpoint that loads without complaint."""
+    from paddle.base.framework import Program
+
+    if not isinstance(program, Program):
+        return
+    freed = sharded_state.freed_variables()
+    for var in program.list_vars():
+        if var.persistable and var.name in freed:
+            raise _freed_state_error("paddle.static.save would save", var.name, freed[var.name])
+
+
+def _freed_state_error(what: str, name: str, slice_name: str) -> ConfigError:
+    return ConfigError(
+        f"zero_stage 1: {what} the optimizer state '{name}', which between checkpoints only the ranks' slices "
+        f"hold ('{slice_name}'; the full variable is freed in the scope); save with "
+        f"paddle_ngraph.save_checkpoint(program, root, step) called on every rank, which gathers it "
+        f"(paddle.static.save, fleet.save_persistables and fleet's sharding utils.save_persistables do not), or "
+        f"train without zero_stage")
+
+
 # --- the hooks ------------------------------------------------------------------------------------
 def install_hooks() -> None:
     if _HOOKS:
@@ -170,6 +211,7 @@ def install_hooks() -> None:
     _HOOKS["run"] = paddle.static.Executor.run
     _HOOKS["save_inference_model"] = static_io.save_inference_model
     _HOOKS["normalize_program"] = static_io.normalize_program
+    _HOOKS["save"] = static_io.save
 
     @functools.wraps(_HOOKS["clone"])
     def clone(self, for_test=False):
@@ -183,6 +225,8 @@ def install_hooks() -> None:
         original = original_of(program) if _ORIGINALS and program is not None else None
         if original is not None:
             check_fetch(original, fetch_list)
+        elif _ORIGINALS and program is not None and sharded_state.LIVE:
+            check_reads_of_freed_state(program)
         return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
 
     @functools.wraps(_HOOKS["save_inference_model"])
@@ -198,6 +242,12 @@ def install_hooks() -> None:
         copy, feed_vars, fetch_vars = _untranspiled(program, feed_vars, fetch_vars, "normalize_program")
         return _HOOKS["normalize_program"](copy if copy is not None else program, feed_vars, fetch_vars, **kwargs)
 
+    @functools.wraps(_HOOKS["save"])
+    def save(program, model_path, *args, **kwargs):
+        if _ORIGINALS and sharded_state.LIVE:
+            check_saved_state_not_freed(program)
+        return _HOOKS["save"](program, model_path, *args, **kwargs)
+
     framework.Program.clone = clone
     paddle.static.Executor.run = run
     static_io.save_inference_model = save_inference_model
@@ -207,6 +257,8 @@ def install_hooks() -> None:
             module.save_inference_model = save_inference_model
         if module is not None and getattr(module, "normalize_program", None) is _HOOKS["normalize_program"]:
             module.normalize_program = normalize_program
+        if module is not None and getattr(module, "save", None) is _HOOKS["save"]:
+            module.save = save
 
 
 def _untranspiled(program, feed_vars, fetch_vars, what: str):
