@@ -101,6 +101,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         _start_paddle_state_equal(view, plan, engines, transport)
     original = originals.remember(view)  # for evaluation clones, export and fetch checks
     original.config = config
+    original.nranks = transport.size
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:

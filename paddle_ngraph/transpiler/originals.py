@@ -42,6 +42,7 @@ class Original:
     names: dict = field(default_factory=dict)    # PIR: value.id -> what made it, for messages
     erased: set = field(default_factory=set)     # PIR: ids of erased values; legacy: names no op writes
     config: object = None       # the Config it was transpiled with (elastic transpiles the copy again)
+    nranks: int = 1             # the ranks it was transpiled for
 
 
 _ORIGINALS: dict[int, Original] = {}
@@ -159,6 +160,19 @@ def check_fetch(original: Original, fetch_list) -> None:
             f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile")
 
 
+def check_build_strategy(original: Original, build_strategy) -> None:
+    """``CompiledProgram(program, build_strategy)`` with ``sync_batch_norm``: Paddle applies it as a
+    graph pass when it compiles, which an engine never sees; on several ranks its batch norm would
+    normalize with each rank's own statistics, where the user asked for the global batch's."""
+    if (original.nranks > 1 and getattr(build_strategy, "sync_batch_norm", False)
+            and not getattr(original.config, "sync_batch_norm", False)):
+        raise ConfigError(
+            f"CompiledProgram(build_strategy.sync_batch_norm=True) runs a program transpiled for {original.nranks} "
+            f"ranks without sync_batch_norm: its batch norm would use each rank's own batch statistics; transpile "
+            f"with sync_batch_norm=True (fleet: strategy.sync_batch_norm = True; DistributedStrategy.build_strategy "
+            f"does not keep sync_batch_norm)")
+
+
 def check_reads_of_freed_state(program) -> None:
     """A program of Paddle's (not transpiled) reading optimizer state that ZeRO-1 freed in the scope
     (only the ranks' slices hold it between checkpoints) would fail in Paddle with "Tensor holds no
@@ -220,13 +234,19 @@ def install_hooks() -> None:
             return _HOOKS["clone"](original.copy, for_test=True)
         return _HOOKS["clone"](self, for_test=for_test)
 
+    compiled_program = paddle.static.CompiledProgram
+
     @functools.wraps(_HOOKS["run"])
     def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):
-        original = original_of(program) if _ORIGINALS and program is not None else None
+        # A CompiledProgram runs the program it wraps (Paddle's fleet scripts run one): the same checks.
+        inner = program._program if isinstance(program, compiled_program) else program
+        original = original_of(inner) if _ORIGINALS and inner is not None else None
         if original is not None:
             check_fetch(original, fetch_list)
-        elif _ORIGINALS and program is not None and sharded_state.LIVE:
-            check_reads_of_freed_state(program)
+            if inner is not program:
+                check_build_strategy(original, program._build_strategy)
+        elif _ORIGINALS and inner is not None and sharded_state.LIVE:
+            check_reads_of_freed_state(inner)
         return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
 
     @functools.wraps(_HOOKS["save_inference_model"])
