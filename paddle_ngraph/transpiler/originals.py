@@ -196,12 +196,17 @@ def check_saved_state_not_freed(program) -> None:
     would be saved as an empty array, a checkpoint that loads without complaint."""
     from paddle.base.framework import Program
 
-    if not isinstance(program, Program):
-        return
     freed = sharded_state.freed_variables()
-    for var in program.list_vars():
-        if var.persistable and var.name in freed:
-            raise _freed_state_error("paddle.static.save would save", var.name, freed[var.name])
+    if not freed:
+        return
+    if isinstance(program, Program):
+        names = [var.name for var in program.list_vars() if var.persistable]
+    else:  # PIR: the scope variables its parameter and data ops name (optimizer state is read as data)
+        names = [op.attrs().get("parameter_name") or op.attrs().get("name") for op in program.global_block().ops
+                 if op.name() in ("builtin.parameter", "pd_op.data")]
+    for name in names:
+        if name in freed:
+            raise _freed_state_error("paddle.static.save would save", name, freed[name])
 
 
 def _freed_state_error(what: str, name: str, slice_name: str) -> ConfigError:
