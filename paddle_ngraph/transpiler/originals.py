@@ -157,7 +157,9 @@ def check_fetch(original: Original, fetch_list) -> None:
         raise ConversionError(
             f"fetch_list: {name} is computed inside an ngraph_engine segment of this transpiled program and no "
             f"longer exists in it; name it when transpiling (paddle_ngraph.transpile(program, fetch_list=[...])) "
-            f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile")
+            f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile "
+            f"(fleet's strategy.ngraph transpiles inside minimize, where no such list is given: clone before "
+            f"minimize)")
 
 
 def check_build_strategy(original: Original, build_strategy) -> None:
