@@ -101,6 +101,7 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         _start_paddle_state_equal(view, plan, engines, transport)
     original = originals.remember(view)  # for evaluation clones, export and fetch checks
     original.config = config
+    original.nranks = transport.size
     if view.ir == "pir":
         rewrite_pir(view, plan, engines)
     else:
@@ -130,9 +131,53 @@ def _configured(program, config, overrides: dict):
     return view or decode(program), config
 
 
+# Paddle's own collectives and stream synchronisations. Paddle 3.3.1 has no communicator for them in
+# a static program on CPU (the ranks' transport is the engine's, not Paddle's): one left to Paddle,
+# in block 0 or in a sub-block Paddle runs, fails at the first step.
+PADDLE_COMMUNICATION = frozenset({
+    "all_reduce", "c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
+    "c_allreduce_avg", "mp_allreduce_sum", "broadcast", "c_broadcast", "reduce", "c_reduce_sum",
+    "all_gather", "c_allgather", "reduce_scatter", "c_reducescatter", "c_concat", "barrier",
+    "c_sync_calc_stream", "c_sync_comm_stream", "c_comm_init", "c_comm_init_all", "c_gen_nccl_id"})
+DATA_PARALLEL_HINT = ("the program already holds Paddle's own data-parallel communication (fleet's "
+                      "RawProgramOptimizer inserts it: strategy.without_graph_optimization, or test_dist_base's "
+                      "_insert_comm_op); build it with the optimizer's own minimize and transpile that (the engine "
+                      "averages the gradients over the ranks), or use fleet with strategy.ngraph = True, which "
+                      "replaces RawProgramOptimizer")
+
+
+def _check_paddle_communication(view, plan):
+    """Refuses what Paddle's data-parallel rewrite left in the program that cannot train as it means:
+    a gradient buffer fused by ``coalesce_tensor`` (its outputs are views of the fused buffer that an
+    ``all_reduce`` reduces in place; the engine's outputs are its own, so such a reduction would miss
+    the gradients and the ranks train on half of them without a word), and Paddle's communication ops
+    left to Paddle."""
+    fused = {}
+    for op in view.ops:
+        if op.type.removeprefix("pd_op.") == "coalesce_tensor":
+            for name in op.outputs.get("fusedoutput") or []:
+                fused[name] = op
+    for op in view.ops:
+        for name in op.input_names():
+            if name in fused and op is not fused[name]:
+                made = ", ".join(fused[name].outputs.get("output") or [])
+                raise ConfigError(f"{fused[name].location()} fuses {made} into the buffer '{name}', which "
+                                  f"{op.location()} reads; the engine keeps those variables apart, not as views of "
+                                  f"one buffer, so that op would miss what the engine writes into them; "
+                                  f"{DATA_PARALLEL_HINT}")
+    left = {id(op) for op in plan.fallback}
+    for op in view.ops:
+        if op.type.removeprefix("pd_op.") in PADDLE_COMMUNICATION and (op.block != 0 or id(op) in left):
+            raise ConfigError(f"{op.location()} is one of Paddle's communication operations (a collective or its stream synchronisation) and would run in Paddle "
+                              f"({'in a sub-block' if op.block else 'left to Paddle'}), which has no communicator "
+                              f"for it in a static program on CPU; {DATA_PARALLEL_HINT}")
+
+
 def _check_plan(view, plan, config, nranks: int):
-    """Refuses what needs the whole program on the engine when ops fall back, and on several ranks
-    an update in a sub-block whose gradient nothing averages; says what falls back and why."""
+    """Refuses what needs the whole program on the engine when ops fall back, on several ranks
+    an update in a sub-block whose gradient nothing averages, and Paddle's own communication that
+    would run in Paddle or miss the engine's values; says what falls back and why."""
+    _check_paddle_communication(view, plan)
     if nranks > 1 and plan.unaveraged:
         op, name = plan.unaveraged[0]
         what = (f"an optimizer update in its sub-block reads the gradient '{name}', which an op left to Paddle makes"

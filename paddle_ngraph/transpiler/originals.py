@@ -29,7 +29,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ..errors import ConversionError
+from ..errors import ConfigError, ConversionError
+from . import sharded_state
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Original:
     names: dict = field(default_factory=dict)    # PIR: value.id -> what made it, for messages
     erased: set = field(default_factory=set)     # PIR: ids of erased values; legacy: names no op writes
     config: object = None       # the Config it was transpiled with (elastic transpiles the copy again)
+    nranks: int = 1             # the ranks it was transpiled for
 
 
 _ORIGINALS: dict[int, Original] = {}
@@ -155,7 +157,67 @@ def check_fetch(original: Original, fetch_list) -> None:
         raise ConversionError(
             f"fetch_list: {name} is computed inside an ngraph_engine segment of this transpiled program and no "
             f"longer exists in it; name it when transpiling (paddle_ngraph.transpile(program, fetch_list=[...])) "
-            f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile")
+            f"so that the engine outputs it, or fetch it from an evaluation program cloned before transpile "
+            f"(fleet's strategy.ngraph transpiles inside minimize, where no such list is given: clone before "
+            f"minimize)")
+
+
+def check_build_strategy(original: Original, build_strategy) -> None:
+    """``CompiledProgram(program, build_strategy)`` with ``sync_batch_norm``: Paddle applies it as a
+    graph pass when it compiles, which an engine never sees; on several ranks its batch norm would
+    normalize with each rank's own statistics, where the user asked for the global batch's."""
+    if (original.nranks > 1 and getattr(build_strategy, "sync_batch_norm", False)
+            and not getattr(original.config, "sync_batch_norm", False)):
+        raise ConfigError(
+            f"CompiledProgram(build_strategy.sync_batch_norm=True) runs a program transpiled for {original.nranks} "
+            f"ranks without sync_batch_norm: its batch norm would use each rank's own batch statistics; transpile "
+            f"with sync_batch_norm=True (fleet: strategy.sync_batch_norm = True; DistributedStrategy.build_strategy "
+            f"does not keep sync_batch_norm)")
+
+
+def check_reads_of_freed_state(program) -> None:
+    """A program of Paddle's (not transpiled) reading optimizer state that ZeRO-1 freed in the scope
+    (only the ranks' slices hold it between checkpoints) would fail in Paddle with "Tensor holds no
+    memory", or save nothing true: a save program (``paddle.static.save``, fleet's
+    ``save_persistables``, its sharding ``utils.save_persistables``) is the usual reader."""
+    from paddle.base.framework import Program
+
+    if not isinstance(program, Program):
+        return  # a PIR program (ZeRO-1's state is freed the same way; its readers are not checked here)
+    freed = sharded_state.freed_variables()
+    if not freed:
+        return
+    for op in program.global_block().ops:
+        for name in op.input_arg_names:
+            if name in freed:
+                raise _freed_state_error(f"op '{op.type}' of the program run reads", name, freed[name])
+
+
+def check_saved_state_not_freed(program) -> None:
+    """``paddle.static.save`` reads the scope itself, not through a program: a variable ZeRO-1 freed
+    would be saved as an empty array, a checkpoint that loads without complaint."""
+    from paddle.base.framework import Program
+
+    freed = sharded_state.freed_variables()
+    if not freed:
+        return
+    if isinstance(program, Program):
+        names = [var.name for var in program.list_vars() if var.persistable]
+    else:  # PIR: the scope variables its parameter and data ops name (optimizer state is read as data)
+        names = [op.attrs().get("parameter_name") or op.attrs().get("name") for op in program.global_block().ops
+                 if op.name() in ("builtin.parameter", "pd_op.data")]
+    for name in names:
+        if name in freed:
+            raise _freed_state_error("paddle.static.save would save", name, freed[name])
+
+
+def _freed_state_error(what: str, name: str, slice_name: str) -> ConfigError:
+    return ConfigError(
+        f"zero_stage 1: {what} the optimizer state '{name}', which between checkpoints only the ranks' slices "
+        f"hold ('{slice_name}'; the full variable is freed in the scope); save with "
+        f"paddle_ngraph.save_checkpoint(program, root, step) called on every rank, which gathers it "
+        f"(paddle.static.save, fleet.save_persistables and fleet's sharding utils.save_persistables do not), or "
+        f"train without zero_stage")
 
 
 # --- the hooks ------------------------------------------------------------------------------------
@@ -170,6 +232,7 @@ def install_hooks() -> None:
     _HOOKS["run"] = paddle.static.Executor.run
     _HOOKS["save_inference_model"] = static_io.save_inference_model
     _HOOKS["normalize_program"] = static_io.normalize_program
+    _HOOKS["save"] = static_io.save
 
     @functools.wraps(_HOOKS["clone"])
     def clone(self, for_test=False):
@@ -178,11 +241,19 @@ def install_hooks() -> None:
             return _HOOKS["clone"](original.copy, for_test=True)
         return _HOOKS["clone"](self, for_test=for_test)
 
+    compiled_program = paddle.static.CompiledProgram
+
     @functools.wraps(_HOOKS["run"])
     def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):
-        original = original_of(program) if _ORIGINALS and program is not None else None
+        # A CompiledProgram runs the program it wraps (Paddle's fleet scripts run one): the same checks.
+        inner = program._program if isinstance(program, compiled_program) else program
+        original = original_of(inner) if _ORIGINALS and inner is not None else None
         if original is not None:
             check_fetch(original, fetch_list)
+            if inner is not program:
+                check_build_strategy(original, program._build_strategy)
+        elif _ORIGINALS and inner is not None and sharded_state.LIVE:
+            check_reads_of_freed_state(inner)
         return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
 
     @functools.wraps(_HOOKS["save_inference_model"])
@@ -198,6 +269,12 @@ def install_hooks() -> None:
         copy, feed_vars, fetch_vars = _untranspiled(program, feed_vars, fetch_vars, "normalize_program")
         return _HOOKS["normalize_program"](copy if copy is not None else program, feed_vars, fetch_vars, **kwargs)
 
+    @functools.wraps(_HOOKS["save"])
+    def save(program, model_path, *args, **kwargs):
+        if _ORIGINALS and sharded_state.LIVE:
+            check_saved_state_not_freed(program)
+        return _HOOKS["save"](program, model_path, *args, **kwargs)
+
     framework.Program.clone = clone
     paddle.static.Executor.run = run
     static_io.save_inference_model = save_inference_model
@@ -207,6 +284,8 @@ def install_hooks() -> None:
             module.save_inference_model = save_inference_model
         if module is not None and getattr(module, "normalize_program", None) is _HOOKS["normalize_program"]:
             module.normalize_program = normalize_program
+        if module is not None and getattr(module, "save", None) is _HOOKS["save"]:
+            module.save = save
 
 
 def _untranspiled(program, feed_vars, fetch_vars, what: str):

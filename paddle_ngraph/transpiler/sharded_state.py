@@ -19,14 +19,40 @@ and ``paddle.static.load`` put it.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..errors import ExecutionError
 from ..ir.types import DType
 
 
+# The states of the live engines, for the executor hook (originals.py) that names a freed variable
+# a program of Paddle's would read (a save program: paddle.static.save, fleet's save_persistables).
+LIVE: "weakref.WeakSet[ShardedState]" = weakref.WeakSet()
+
+
+def freed_variables() -> dict[str, str]:
+    """``{variable: slice name}`` of the optimizer state that live engines have freed in the scope."""
+    if not LIVE:
+        return {}
+    scope = _scope()
+    freed = {}
+    for state in list(LIVE):
+        for b in state.buckets:
+            for name, sources in b.slices.items():
+                if name == b.master:
+                    continue
+                for variable in sources:
+                    found = scope.find_var(variable)
+                    if found is not None and not found.get_tensor()._is_initialized():
+                        freed[variable] = name
+    return freed
+
+
 class ShardedState:
     def __init__(self, buckets, parameter_names: list[str], rank: int, size: int):
+        LIVE.add(self)
         self.buckets = buckets
         self.rank, self.size = rank, size
         self.names = list(parameter_names)  # the function's slice parameters, in its order

@@ -11,6 +11,7 @@ import pytest
 from dp_runs import References, Run, Runs, declare_runs
 from harness import assert_trained_close
 from paddle_ngraph.distributed.ccl import available as ccl_available
+from ranks import run_ranks
 
 # Every test here starts ranks (tests/ranks.py).
 pytestmark = pytest.mark.distributed
@@ -105,3 +106,71 @@ def test_ccl_under_paddle_launch_equals_one_process(tmp_path, runs):
     ref = reference(tmp_path, 2, "pir", "conv_bn")
     out = runs["ccl"]
     check(ref, out, 2)
+
+
+def compiled_program_sync_batch_norm(out):
+    """Conv + batch norm (legacy, SGD), as Paddle's dist_fleet_sync_batch_norm test model asks for
+    sync: ``CompiledProgram(main, build_strategy)`` with ``build_strategy.sync_batch_norm``. On each
+    rank: the program transpiled without sync_batch_norm, run that way (what it raised), then
+    transpiled with it, one step (the running mean); on rank 0 also plain Paddle, one process, on both
+    ranks' inputs concatenated."""
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+    from paddle_ngraph.errors import ConfigError
+    from harness import ir_guard
+
+    paddle.enable_static()
+    transport = make_transport()
+    inputs = [np.random.RandomState(100 + r).uniform(-1, 2, (4, 3, 4, 4)).astype("float32") for r in range(2)]
+
+    def build():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        main.random_seed = startup.random_seed = 10
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("input", [-1, 3, 4, 4], "float32")
+            h = paddle.nn.Conv2D(3, 8, 1, bias_attr=False)(x)
+            bn = paddle.nn.BatchNorm(8, moving_mean_name="bn_moving_mean", moving_variance_name="bn_moving_variance")
+            loss = paddle.mean(paddle.nn.functional.relu(bn(h)))
+            paddle.optimizer.SGD(0.1).minimize(loss)
+        return main, startup, loss
+
+    def compiled(main):
+        build_strategy = paddle.static.BuildStrategy()
+        build_strategy.sync_batch_norm = True
+        return paddle.static.CompiledProgram(main, build_strategy=build_strategy)
+
+    report = {}
+    with ir_guard("legacy"):
+        for sync in (False, True):
+            main, startup, loss = build()
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                exe.run(startup)
+                paddle_ngraph.transpile(main, transport=transport, sync_batch_norm=sync)
+                try:
+                    exe.run(compiled(main), feed={"input": inputs[transport.rank]}, fetch_list=[loss])
+                    report[sync] = np.array(paddle.static.global_scope().find_var("bn_moving_mean").get_tensor())
+                except ConfigError as e:
+                    report[sync] = str(e)
+            paddle_ngraph.release(main)
+        if transport.rank == 0:
+            main, startup, loss = build()
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                exe.run(startup)
+                exe.run(main, feed={"input": np.concatenate(inputs)}, fetch_list=[loss])
+                report["paddle"] = np.array(paddle.static.global_scope().find_var("bn_moving_mean").get_tensor())
+    return report
+
+
+def test_compiled_program_asking_sync_batch_norm_is_honoured_or_refused(tmp_path):
+    """build_strategy.sync_batch_norm reaches Paddle only as a graph pass of CompiledProgram, which
+    the engine never sees; it was ignored, and each rank normalized with its own batch statistics.
+    Without sync_batch_norm at transpile it is refused (ConfigError); with it the running mean is
+    the one process's on the concatenated batch."""
+    reports = run_ranks(compiled_program_sync_batch_norm, 2, tmp_path).results
+    for report in reports:
+        assert isinstance(report[False], str) and "sync_batch_norm" in report[False], report[False]
+        np.testing.assert_allclose(report[True], reports[0]["paddle"], rtol=1e-6, atol=1e-7)

@@ -145,6 +145,21 @@ def test_fetching_a_value_the_engine_computed_inside_is_a_clear_error(ir):
         exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])
 
 
+def test_fetch_through_a_compiled_program_is_checked_too():
+    """Paddle's fleet scripts run ``exe.run(CompiledProgram(main, build_strategy), ...)``: the
+    program it wraps is the transpiled one, and a value only an engine computed came back as None."""
+    main, exe, x, y, logits, loss, evaluation, eval_logits, _ = train("legacy", "INTERPRETER")
+    xb, yb = data()
+    with ir_guard("legacy"):
+        compiled = paddle.static.CompiledProgram(main, build_strategy=paddle.static.BuildStrategy())
+        with pytest.raises(ConversionError, match=f"{logits.name} is computed inside an ngraph_engine segment.*"
+                                                  f"fleet's strategy.ngraph.*clone before minimize"):
+            exe.run(compiled, feed={"x": xb, "y": yb}, fetch_list=[loss, logits])
+        before = numpy_forward(main, xb)
+        (got,) = exe.run(compiled, feed={"x": xb, "y": yb}, fetch_list=[loss])
+        assert np.isfinite(got).all() and not np.allclose(numpy_forward(main, xb), before)  # it trains
+
+
 @pytest.mark.parametrize("ir", IRS)
 def test_a_value_named_at_transpile_is_fetchable(ir):
     with ir_guard(ir):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...errors import ExecutionError, TransportError
 from ..base import check_input
-from ...ir import Function, clone_function
+from ...ir import DType, Function, clone_function
 from ...ir.ops import Parameter
 from ...ir.ops.collective import COLLECTIVE_OPS
 from ...passes import PassManager
@@ -67,6 +67,18 @@ def refuses_bfloat16(node) -> bool:
     refused when the kernels are built. Collectives are the exception: those on bfloat16 take the
     Python path, which reduces them as the INTERPRETER does."""
     return node.op_type not in COLLECTIVE_OPS and node.op_type not in ("Parameter", "Constant") and touches_bfloat16(node)
+
+
+def touches_float16(node) -> bool:
+    return (any(i.type.dtype is DType.float16 for i in node.inputs)
+            or any(t.dtype is DType.float16 for t in node.output_types))
+
+
+def refuses_float16(node) -> bool:
+    """The native kernels have no float16 either (Convert included: a program casting to float16, as
+    Paddle's FP16AllReduceOptimizer does around each gradient, would fail in the first step's
+    compile); collectives take the Python path, which reduces float16 in float32."""
+    return node.op_type not in COLLECTIVE_OPS and node.op_type not in ("Parameter", "Constant") and touches_float16(node)
 
 
 class Specialization:
@@ -263,6 +275,11 @@ class CPUExecutable(Executable):
                           and n.op_type not in ("Parameter", "Constant")})
         if missing:
             raise ExecutionError(f"the CPU backend has no kernel for op type(s): {', '.join(missing)}")
+        refused = [f"'{n.name}' ({n.op_type})" for n in function.ordered_nodes() if refuses_float16(n)]
+        if refused:
+            raise ExecutionError(f"the CPU backend has no float16 kernels; nodes reading or making float16: "
+                                 f"{', '.join(refused[:8])}{' ...' if len(refused) > 8 else ''} (the INTERPRETER "
+                                 f"computes them; transpile with fallback leaves their ops to Paddle)")
         refused = [f"'{n.name}' ({n.op_type})" for n in function.ordered_nodes() if refuses_bfloat16(n)]
         if refused:
             raise ExecutionError(f"the CPU backend has no bfloat16 kernels; nodes reading or making bfloat16: "
@@ -402,6 +419,8 @@ class CPUBackend(Backend):
     def refuses(self, node) -> str | None:
         if refuses_bfloat16(node):
             return f"the CPU backend has no bfloat16 kernel for {node.op_type} (the INTERPRETER has)"
+        if refuses_float16(node):
+            return f"the CPU backend has no float16 kernel for {node.op_type} (the INTERPRETER has)"
         return None
 
     def compile(self, function: Function, inplace_results: dict[str, str] | None = None) -> CPUExecutable:
