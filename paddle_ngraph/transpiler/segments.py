@@ -398,16 +398,21 @@ def _order_inputs(view, block0: _Block, fallback: list, segments: list):
     engine_read = {name for seg in segments for op in seg.ops for name in op.input_names()}
     read = {name for op in view.ops for name in op.input_names()}
 
+    def may_leave_unwritten(op):
+        return op.control_flow or op.type == "select_output"
+
     def holds_value_before(name, op):
         info = view.vars.get(name)
         if info is not None and (info.persistable or info.is_data):
             return True
-        return block0.producer(name, block0.position[id(op)]) is not None
+        producer = block0.producer(name, block0.position[id(op)])
+        # Another block that may not have run (two conditional blocks writing one variable) proves nothing.
+        return producer is not None and (not may_leave_unwritten(producer) or holds_value_before(name, producer))
 
     def order_output(op):
         xshape = set(op.outputs.get(normalize("XShape")) or ())
         names = [n for n in op.output_names() if n not in xshape]
-        if op.control_flow or op.type == "select_output":
+        if may_leave_unwritten(op):
             names = [n for n in names if holds_value_before(n, op)]
             return next(iter(names), None)
         preferred = ([n for n in (op.outputs.get("out") or []) if n] + [n for n in names if n in engine_read]

@@ -76,6 +76,39 @@ def test_gradient_merge_sub_block_reads_and_writes_cross_the_border():
     assert sorted(p for p, _ in block.nested_updates) == sorted(p.name for p in main.all_parameters())
 
 
+
+@pytest.mark.parametrize("taken", [(False, False), (True, False), (False, True)])
+def test_conditional_blocks_writing_one_variable_order_nothing_they_may_leave_unwritten(taken, backend):
+    """Two legacy ConditionalBlocks write one variable that nothing wrote before; the segment after
+    them reads neither. When no block runs the variable holds nothing, and no engine op may take it
+    as its ordering input (Paddle refuses an input no kernel wrote)."""
+    from paddle.static.nn.control_flow import ConditionalBlock
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((BATCH, cm.FEATURES)).astype("float32")
+    feed = {"x": x, "a": np.array([taken[0]]), "b": np.array([taken[1]])}
+    results = []
+    with ir_guard("legacy"):
+        for ours in (False, True):
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+                h = paddle.nn.Linear(cm.FEATURES, cm.HIDDEN)(paddle.static.data("x", [BATCH, cm.FEATURES], "float32"))
+                out = paddle.tensor.create_tensor("float32")
+                for flag, factor in (("a", 2.0), ("b", 3.0)):
+                    with ConditionalBlock([paddle.static.data(flag, [1], "bool")], is_scalar_condition=True).block():
+                        paddle.assign(h * factor, out)
+                loss = paddle.mean(paddle.nn.Linear(cm.HIDDEN, cm.CLASSES)(h))
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                paddle.seed(5)
+                exe.run(startup)
+                if ours:
+                    paddle_ngraph.transpile(main, backend=backend, fetch_list=[loss, out] if any(taken) else [loss])
+                fetched = exe.run(main, feed=feed, fetch_list=[loss, out] if any(taken) else [loss])
+                results.append(fetched)
+    for ours, reference in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
 def test_ema(ir, backend):
     """paddle.static.ExponentialMovingAverage: Paddle 3.3.1 cannot build it in either IR here (its
