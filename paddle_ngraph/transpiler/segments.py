@@ -66,6 +66,7 @@ class Segment:
     handed_out: list = field(default_factory=list)         # names later segments read
     allreduce: list = field(default_factory=list)          # outputs averaged across ranks before they leave
     after: list = field(default_factory=list)              # Paddle values to run after (order only)
+    snapshots: dict = field(default_factory=dict)          # output name -> the state it copies, as read
     before_op: object = None                               # collective-only segment: the Paddle update it serves
 
     @property
@@ -83,6 +84,8 @@ class Plan:
     # (control-flow op, gradient): an update in its sub-block reads a gradient no segment makes
     # (a Paddle op does): on several ranks nothing could average it before the update.
     unaveraged: list = field(default_factory=list)
+    # (kept op, state name, snapshot name): the op reads the segment's copy of the state instead.
+    snapshot_reads: list = field(default_factory=list)
 
     def reason(self, op) -> tuple[str, str]:
         """(category, detail) of why ``op`` (one of ``fallback``) stays with Paddle."""
@@ -219,6 +222,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     segment_of = {id(op): s for s in segments for op in s.ops}
     _wire_inputs(view, block0, segments, segment_of)
     _wire_outputs(block0, kept, kept_ids, segment_of)
+    snapshot_reads = _snapshot_state_read_before_update(view, block0, kept, segments)
     unaveraged: list = []
     segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)
     _order_inputs(view, block0, fallback, segments)
@@ -229,7 +233,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
                 f"{MAX_VALUES} output slots for them")
     return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids}, reasons,
-                unaveraged)
+                unaveraged, snapshot_reads)
 
 
 class _Block:
@@ -345,6 +349,33 @@ def _wire_outputs(block0: _Block, kept: list, kept_ids: set, segment_of: dict):
             owner = segment_of.get(id(source))
             if owner is not None and name not in owner.outputs:
                 owner.outputs.append(name)
+
+
+def _snapshot_state_read_before_update(view, block0: _Block, kept: list, segments: list) -> list:
+    """Kept ops (forward sinks, the producers of values named in ``fetch_list``) that read
+    persistable state a segment running before them updates later in program order: a sink
+    ``add(matmul, bias)`` of a fetched prediction reads the bias the optimizer updates. The segment
+    (forward, backward and update) runs first and updates the variable in place, so such an op would
+    read the new value where Paddle's op reads the old one; it reads a copy the segment makes of the
+    state as its forward read it instead. Returns (kept op, name, copy name); the segments list
+    their copies in ``snapshots`` and ``outputs``."""
+    reads = []
+    for op in kept:
+        at = block0.position[id(op)]
+        for name in dict.fromkeys(op.input_names()):
+            info = view.vars.get(name)
+            if info is None or not info.persistable or block0.producer(name, at) is not None:
+                continue
+            seg = next((s for s in segments if s.before_op is None and block0.position[id(s.ops[0])] < at
+                        and any(block0.position[id(o)] > at and name in o.output_names() for o in s.ops)), None)
+            if seg is None:
+                continue
+            copy = f"{name}@ngraph_read_{seg.index}"
+            if copy not in seg.snapshots:
+                seg.snapshots[copy] = name
+                seg.outputs.append(copy)
+            reads.append((op, name, copy))
+    return reads
 
 
 def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segments: list, segment_of: dict,
