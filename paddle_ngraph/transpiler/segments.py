@@ -225,7 +225,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     snapshot_reads = _snapshot_state_read_before_update(view, block0, kept, segments)
     unaveraged: list = []
     segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)
-    _order_inputs(view, block0, fallback, segments)
+    _order_inputs(view, block0, fallback, segments, kept)
     for seg in segments:
         if len(seg.outputs) > MAX_VALUES:
             raise ConversionError(
@@ -415,7 +415,7 @@ def _kind(block0: _Block, name: str) -> str:
     return info.kind if info is not None else DENSE
 
 
-def _order_inputs(view, block0: _Block, fallback: list, segments: list):
+def _order_inputs(view, block0: _Block, fallback: list, segments: list, kept: list = ()):
     """Order-only inputs: the previous segment's token (added by the rewrite) and one output of
     every Paddle op since the previous segment. Paddle's operator refuses an input no kernel wrote,
     and an op may leave an output it lists unwritten (sequence_pool's MaxIndex unless it pools by
@@ -445,10 +445,21 @@ def _order_inputs(view, block0: _Block, fallback: list, segments: list):
                      + [n for n in names if n in read] + names)
         return next(iter(preferred), None)
 
+    def reads_state_it_updates(op, seg):
+        # A kept op before the segment reading persistable state the segment writes: without the
+        # order, Paddle's executor may run it after the segment has updated the state in place
+        # (a forward sink reading a parameter the last segment's optimizer updates).
+        names = {n for n in op.input_names() if (info := view.vars.get(n)) is not None and info.persistable}
+        return bool(names) and any(names & set(o.output_names()) for o in seg.ops)
+
+    fallback_ids = {id(op) for op in fallback}
     previous_position = -1
     for seg in segments:
         start = block0.position[id(seg.first)]
         seg.after = [order_output(op) for op in fallback
                      if previous_position < block0.position[id(op)] < start]
+        seg.after += [order_output(op) for op in kept if id(op) not in fallback_ids and op.input_names()
+                      and block0.position[id(op)] < start and reads_state_it_updates(op, seg)]
+        seg.after = list(dict.fromkeys(seg.after))
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start
