@@ -222,6 +222,13 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     segment_of = {id(op): s for s in segments for op in s.ops}
     _wire_inputs(view, block0, segments, segment_of)
     _wire_outputs(block0, kept, kept_ids, segment_of)
+    # A run of only constants that Paddle keeps for the ops it runs (the fill_constant of a
+    # recurrent layer's initial states, before its rnn op) would be an engine op with nothing to
+    # read or give: Paddle's operator refuses one without inputs, and it would compute nothing.
+    segments = [seg for seg in segments
+                if seg.outputs or seg.handed_out or not all(id(op) in kept_ids for op in seg.ops)]
+    for i, seg in enumerate(segments):
+        seg.index = i
     snapshot_reads = _snapshot_state_read_before_update(view, block0, kept, segments)
     unaveraged: list = []
     segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)

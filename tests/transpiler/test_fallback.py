@@ -289,3 +289,42 @@ def test_ops_making_lod_tensors_stay_with_paddle(backend):
     assert left["sequence_pool"][0] == "no converter"
     types = op_types(main)
     assert sum(map(is_engine_op, types)) >= 1 and "sgd" not in types  # the second Linear, loss and updates
+
+
+def _time_major_lstm_program():
+    """A time-major LSTM: its rnn op (no converter) reads the initial states from fill_constant ops,
+    the first ops of the program, which Paddle keeps for it: no engine segment before it."""
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        paddle.seed(2)
+        x = paddle.static.data("x", [5, BATCH, fm.FEATURES], "float32")
+        out, _ = paddle.nn.LSTM(fm.FEATURES, fm.HIDDEN, time_major=True)(x)
+        loss = paddle.mean(paddle.nn.Linear(fm.HIDDEN, 1)(out))
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_constants_kept_for_paddle_ops_make_no_segment_of_their_own(ir, backend):
+    import paddle
+
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((STEPS, 5, BATCH, fm.FEATURES)).astype("float32")
+    runs = []
+    for transpiled in (False, True):
+        with ir_guard(ir):
+            main, startup, loss = _time_major_lstm_program()
+            if transpiled:
+                plan = plan_segments(decode(main))
+                assert [op.type.split(".")[-1] for op in plan.fallback if "rnn" in op.type] == ["rnn", "rnn_grad"]
+                assert all(seg.inputs or seg.handed_in for seg in plan.segments)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            scope = paddle.static.Scope()
+            with paddle.static.scope_guard(scope):
+                exe.run(startup)
+                if transpiled:
+                    paddle_ngraph.transpile(main, backend=backend)
+                runs.append([float(exe.run(main, feed={"x": x}, fetch_list=[loss])[0]) for x in xs])
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-6)
