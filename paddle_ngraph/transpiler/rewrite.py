@@ -107,6 +107,12 @@ def rewrite_pir(view, plan: Plan, engines: list):
         op.move_before(first_other)
     position = {op.id(): i for i, op in enumerate(ops)}
     written_from = _paddle_writes_of_engine_state(view, plan, removed_ids, position)
+    later_values: dict = {}  # name -> the values of converted ops bearing it after its first
+    for op in removed:
+        for result in op.results():
+            name = view.value_names.get(result.id) if result.initialized() else None
+            if name is not None and view.values.get(name) is not None and view.values[name].id != result.id:
+                later_values.setdefault(name, []).append(result)
     token = None
     # Values an engine gave Paddle, by name: a later engine reading the same name from Paddle reads
     # the engine's output (a control-flow op may have updated it in place in between).
@@ -147,6 +153,10 @@ def rewrite_pir(view, plan: Plan, engines: list):
                           and user.id() not in own and start < position.get(user.id(), -1) < end)
             else:
                 accept = lambda user: user.id() not in removed_ids and user.id() not in own  # noqa: E731
+                # An in-place op the engine converted (assign_value_ filling a constant made by
+                # full) gives its result the name of its operand: Paddle ops may read either value.
+                for made in later_values.get(name, ()):
+                    _replace_uses(made, outs[slot], accept)
             _replace_uses(view.values[name], outs[slot], accept)
             if seg.before_op is None and not persistable:  # state: its variable
                 current[name] = outs[slot]
