@@ -10,6 +10,8 @@ no per-op table of Python signatures to keep.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import paddle
 
@@ -88,7 +90,13 @@ class PaddlePiece:
         """Reads its inputs from ``env`` (name -> NumPy array) and puts its outputs there; a new
         value of a parameter or buffer (``params``: name -> view of the Layer's tensor) goes there."""
         feed = {f: env[n] for f, n in zip(self._feed_names, self.inputs)}
-        with paddle.base.framework._dygraph_guard(None):
+        with paddle.base.framework._dygraph_guard(None), warnings.catch_warnings():
+            # The feeds are declared with the types the captured program gives them; for some values
+            # that is a placeholder (rnn's Reserve: shape [0], float32, where the kernel makes uint8
+            # of its own shape). What is fed is what the producing op made, so Paddle's warnings that
+            # a feed "should have" the declared shape or dtype, naming internal feeds, are noise.
+            warnings.filterwarnings("ignore", message=r"(The fed Variable|The data type of fed Variable) 'pdng_in_",
+                                    category=UserWarning)
             results = self.executor.run(self.program, feed=feed, fetch_list=self._fetch, scope=self.scope)
         for name, value in zip(self.outputs, results):
             if name in params:

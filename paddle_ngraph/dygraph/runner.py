@@ -303,6 +303,16 @@ class LayerEngine:
         """NumPy views of the parameters and buffers, re-made where a tensor's memory moved."""
         views = {}
         for name, tensor in self.named_tensors().items():
+            if not tensor._is_initialized():
+                # A buffer no kernel has written yet (the recurrent layers' dropout state, which
+                # Paddle's rnn kernel fills only when it draws a mask): it has no memory to view,
+                # and the ops that read it take zeros of its shape, which they then overwrite.
+                cached = self._views.get(name)
+                if cached is None or cached[0] is not None:
+                    cached = (None, np.zeros(tensor.shape, _numpy_dtype(tensor.dtype)))
+                    self._views[name] = cached
+                views[name] = cached[1]
+                continue
             pointer = tensor.data_ptr()
             cached = self._views.get(name)
             if cached is None or cached[0] != pointer:

@@ -10,6 +10,7 @@ from ..errors import ConfigError, ConversionError
 from ..frontend import FORWARD, ConversionSession, loss_name
 from ..ir import Function
 from ..ir.groups import RankLayout
+from ..ir.ops import Convert
 from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
 from .gradients import raw_gradients
 from .segments import Plan, Segment, plan_segments, refused_by_converters
@@ -107,6 +108,11 @@ def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade:
         for name in seg.inputs + seg.handed_in:  # parameter order: Paddle's inputs, then the handed-over values
             session.value(name)
         session.convert_ops(seg.constants + seg.ops)
+    for copy, name in seg.snapshots.items():
+        # The state as the segment read it (segments.py, _snapshot_state_read_before_update): a
+        # node of its own, so that the copy is made before the update overwrites the variable.
+        state = session.initial[name].output() if name in session.initial else session.value(name)
+        session.env[copy] = Convert(state, dtype=state.dtype.value).output()
     unmade.update(n for n in seg.handed_out if n not in session.env)
     seg.handed_out = [n for n in seg.handed_out if n in session.env]
     missing = [n for n in seg.outputs if n not in session.env]

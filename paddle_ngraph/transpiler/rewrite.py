@@ -48,6 +48,9 @@ def rewrite_legacy(view, plan: Plan, engines: list):
             block.create_var(name=averaged, dtype=source.dtype, shape=source.shape)
             renames.append((seg.before_op.native, names[0], averaged))
             names = [averaged]
+        for copy, name in seg.snapshots.items():  # state copied as the segment read it (segments.py)
+            source = block.var(name)
+            block.create_var(name=copy, dtype=source.dtype, shape=source.shape)
         for slot, name in enumerate(names):
             outputs[f"Out{slot}"] = [block.var(name)]
         op_type, token_slot = engine_op.op_for(len(names))
@@ -75,6 +78,7 @@ def rewrite_legacy(view, plan: Plan, engines: list):
         op = block.ops[index]
         if id(op) in converted:
             block._remove_op(index, sync=False)
+    renames += [(op.native, name, copy) for op, name, copy in plan.snapshot_reads]
     for op, old, new in renames:
         op._rename_input(old, new)
     block._sync_with_cpp()
@@ -103,6 +107,12 @@ def rewrite_pir(view, plan: Plan, engines: list):
         op.move_before(first_other)
     position = {op.id(): i for i, op in enumerate(ops)}
     written_from = _paddle_writes_of_engine_state(view, plan, removed_ids, position)
+    later_values: dict = {}  # name -> the values of converted ops bearing it after its first
+    for op in removed:
+        for result in op.results():
+            name = view.value_names.get(result.id) if result.initialized() else None
+            if name is not None and view.values.get(name) is not None and view.values[name].id != result.id:
+                later_values.setdefault(name, []).append(result)
     token = None
     # Values an engine gave Paddle, by name: a later engine reading the same name from Paddle reads
     # the engine's output (a control-flow op may have updated it in place in between).
@@ -123,6 +133,11 @@ def rewrite_pir(view, plan: Plan, engines: list):
                                   if v.initialized() and v.get_defining_op() is not None
                                   and v.get_defining_op().name() == "builtin.combine"}
         for slot, name in enumerate(seg.outputs):
+            if name in seg.snapshots:  # state copied as the segment read it, for the ops that read it so
+                readers = {op.native.id() for op, _, copy in plan.snapshot_reads if copy == name}
+                _replace_uses(view.values[seg.snapshots[name]], outs[slot],
+                              lambda user, readers=readers: user.id() in readers)
+                continue
             info = view.vars.get(name)
             persistable = info is not None and info.persistable
             if seg.before_op is not None:  # collective-only: just the update it serves
@@ -138,6 +153,10 @@ def rewrite_pir(view, plan: Plan, engines: list):
                           and user.id() not in own and start < position.get(user.id(), -1) < end)
             else:
                 accept = lambda user: user.id() not in removed_ids and user.id() not in own  # noqa: E731
+                # An in-place op the engine converted (assign_value_ filling a constant made by
+                # full) gives its result the name of its operand: Paddle ops may read either value.
+                for made in later_values.get(name, ()):
+                    _replace_uses(made, outs[slot], accept)
             _replace_uses(view.values[name], outs[slot], accept)
             if seg.before_op is None and not persistable:  # state: its variable
                 current[name] = outs[slot]
@@ -185,7 +204,7 @@ def _paddle_writes_of_engine_state(view, plan: Plan, removed_ids: set, position:
         start = position[seg.first.native.id()]
         for name in seg.outputs:
             info = view.vars.get(name)
-            if info is None or not info.persistable:
+            if info is None or not info.persistable or name in seg.snapshots:
                 continue
             value = view.values[name]
             for user in value.all_used_ops():

@@ -66,6 +66,7 @@ class Segment:
     handed_out: list = field(default_factory=list)         # names later segments read
     allreduce: list = field(default_factory=list)          # outputs averaged across ranks before they leave
     after: list = field(default_factory=list)              # Paddle values to run after (order only)
+    snapshots: dict = field(default_factory=dict)          # output name -> the state it copies, as read
     before_op: object = None                               # collective-only segment: the Paddle update it serves
 
     @property
@@ -83,6 +84,8 @@ class Plan:
     # (control-flow op, gradient): an update in its sub-block reads a gradient no segment makes
     # (a Paddle op does): on several ranks nothing could average it before the update.
     unaveraged: list = field(default_factory=list)
+    # (kept op, state name, snapshot name): the op reads the segment's copy of the state instead.
+    snapshot_reads: list = field(default_factory=list)
 
     def reason(self, op) -> tuple[str, str]:
         """(category, detail) of why ``op`` (one of ``fallback``) stays with Paddle."""
@@ -219,9 +222,17 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     segment_of = {id(op): s for s in segments for op in s.ops}
     _wire_inputs(view, block0, segments, segment_of)
     _wire_outputs(block0, kept, kept_ids, segment_of)
+    # A run of only constants that Paddle keeps for the ops it runs (the fill_constant of a
+    # recurrent layer's initial states, before its rnn op) would be an engine op with nothing to
+    # read or give: Paddle's operator refuses one without inputs, and it would compute nothing.
+    segments = [seg for seg in segments
+                if seg.outputs or seg.handed_out or not all(id(op) in kept_ids for op in seg.ops)]
+    for i, seg in enumerate(segments):
+        seg.index = i
+    snapshot_reads = _snapshot_state_read_before_update(view, block0, kept, segments)
     unaveraged: list = []
     segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)
-    _order_inputs(view, block0, fallback, segments)
+    _order_inputs(view, block0, fallback, segments, kept)
     for seg in segments:
         if len(seg.outputs) > MAX_VALUES:
             raise ConversionError(
@@ -229,7 +240,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                 f"{len(seg.outputs)} values to the ops left to Paddle; the ngraph_engine operator has "
                 f"{MAX_VALUES} output slots for them")
     return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids}, reasons,
-                unaveraged)
+                unaveraged, snapshot_reads)
 
 
 class _Block:
@@ -347,6 +358,33 @@ def _wire_outputs(block0: _Block, kept: list, kept_ids: set, segment_of: dict):
                 owner.outputs.append(name)
 
 
+def _snapshot_state_read_before_update(view, block0: _Block, kept: list, segments: list) -> list:
+    """Kept ops (forward sinks, the producers of values named in ``fetch_list``) that read
+    persistable state a segment running before them updates later in program order: a sink
+    ``add(matmul, bias)`` of a fetched prediction reads the bias the optimizer updates. The segment
+    (forward, backward and update) runs first and updates the variable in place, so such an op would
+    read the new value where Paddle's op reads the old one; it reads a copy the segment makes of the
+    state as its forward read it instead. Returns (kept op, name, copy name); the segments list
+    their copies in ``snapshots`` and ``outputs``."""
+    reads = []
+    for op in kept:
+        at = block0.position[id(op)]
+        for name in dict.fromkeys(op.input_names()):
+            info = view.vars.get(name)
+            if info is None or not info.persistable or block0.producer(name, at) is not None:
+                continue
+            seg = next((s for s in segments if s.before_op is None and block0.position[id(s.ops[0])] < at
+                        and any(block0.position[id(o)] > at and name in o.output_names() for o in s.ops)), None)
+            if seg is None:
+                continue
+            copy = f"{name}@ngraph_read_{seg.index}"
+            if copy not in seg.snapshots:
+                seg.snapshots[copy] = name
+                seg.outputs.append(copy)
+            reads.append((op, name, copy))
+    return reads
+
+
 def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segments: list, segment_of: dict,
                                          unaveraged: list) -> list:
     """Gradients of updates left to Paddle: averaged where they are produced, or by a segment
@@ -384,7 +422,7 @@ def _kind(block0: _Block, name: str) -> str:
     return info.kind if info is not None else DENSE
 
 
-def _order_inputs(view, block0: _Block, fallback: list, segments: list):
+def _order_inputs(view, block0: _Block, fallback: list, segments: list, kept: list = ()):
     """Order-only inputs: the previous segment's token (added by the rewrite) and one output of
     every Paddle op since the previous segment. Paddle's operator refuses an input no kernel wrote,
     and an op may leave an output it lists unwritten (sequence_pool's MaxIndex unless it pools by
@@ -419,10 +457,21 @@ def _order_inputs(view, block0: _Block, fallback: list, segments: list):
                      + [n for n in names if n in read] + names)
         return next(iter(preferred), None)
 
+    def reads_state_it_updates(op, seg):
+        # A kept op before the segment reading persistable state the segment writes: without the
+        # order, Paddle's executor may run it after the segment has updated the state in place
+        # (a forward sink reading a parameter the last segment's optimizer updates).
+        names = {n for n in op.input_names() if (info := view.vars.get(n)) is not None and info.persistable}
+        return bool(names) and any(names & set(o.output_names()) for o in seg.ops)
+
+    fallback_ids = {id(op) for op in fallback}
     previous_position = -1
     for seg in segments:
         start = block0.position[id(seg.first)]
         seg.after = [order_output(op) for op in fallback
                      if previous_position < block0.position[id(op)] < start]
+        seg.after += [order_output(op) for op in kept if id(op) not in fallback_ids and op.input_names()
+                      and block0.position[id(op)] < start and reads_state_it_updates(op, seg)]
+        seg.after = list(dict.fromkeys(seg.after))
         seg.after = [n for n in seg.after if n and view.vars.get(n) is not None and view.vars[n].dtype is not None]
         previous_position = start

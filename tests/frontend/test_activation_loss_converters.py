@@ -248,6 +248,40 @@ def test_nll_loss(ir, dtype, reduction, weighted, spatial):
     check_against_paddle(build, feeds, ir=ir, **TOL[dtype])
 
 
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("spatial", [False, True])
+def test_nll_loss_label_out_of_range_fails_as_paddle(ir, spatial, backend):
+    """Paddle's kernel raises on a label outside [0, C) (other than ignore_index); the one-hot
+    selection the converter builds would pick nothing and return a loss: it fails too, naming the
+    check and the label."""
+    import paddle_ngraph
+    from paddle_ngraph.errors import ExecutionError
+
+    from harness import ir_guard, run_function
+
+    shape, lshape = ((2, 4, 3, 3), (2, 3, 3)) if spatial else ((6, 4), (6,))
+    x = normal(shape, "float32")
+    label = rng.integers(0, 4, lshape).astype("int64")
+    label.reshape(-1)[0] = -100  # ignored: fine
+    with ir_guard(ir):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            xv = paddle.static.data("x", list(shape), "float32")
+            lv = paddle.static.data("label", list(lshape), "int64")
+            out = F.nll_loss(xv, lv)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        function = paddle_ngraph.convert(main, fetch_list=[out])
+        [ours] = [v for k, v in run_function(function, {"x": x, "label": label}, backend).items() if k.startswith("fetch:")]
+        np.testing.assert_allclose(ours, exe.run(main, feed={"x": x, "label": label}, fetch_list=[out])[0], rtol=1e-5, atol=1e-6)
+        for bad in (4, -1):
+            wrong = label.copy()
+            wrong.reshape(-1)[1] = bad
+            with pytest.raises(ValueError, match="out of bounds"):
+                exe.run(main, feed={"x": x, "label": wrong}, fetch_list=[out])
+            with pytest.raises(ExecutionError, match=rf"nll_loss_label_check.*label( {bad})? out of range \[0, 4\)"):
+                run_function(function, {"x": x, "label": wrong}, backend)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_where(dtype):
     x, y = normal((3, 4), dtype), normal((4,), dtype)

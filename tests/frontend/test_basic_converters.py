@@ -28,6 +28,24 @@ def test_batched_matmul_broadcast(ir):
 
 
 @pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_bilinear(ir, dtype, with_bias):
+    """paddle.nn.Bilinear's op (bilinear_tensor_product / pd_op.bilinear): the output and the
+    gradients of x, y, the weight and the bias."""
+    feeds = {"x": rng.standard_normal((5, 3)).astype(dtype), "y": rng.standard_normal((5, 4)).astype(dtype),
+             "w": rng.standard_normal((6, 3, 4)).astype(dtype)}
+    if with_bias:
+        feeds["bias"] = rng.standard_normal((1, 6)).astype(dtype)
+
+    def build(x, y, w, bias=None):
+        inputs = {"X": x, "Y": y, "Weight": w, **({"Bias": bias} if bias is not None else {})}
+        return static_op(lambda: paddle.nn.functional.bilinear(x, y, w, bias), "bilinear_tensor_product", inputs)
+
+    check_against_paddle(build, feeds, ir=ir, rtol=1e-5 if dtype == "float32" else 1e-10)
+
+
+@pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("yshape", [(4,), (3, 4), (1, 4)])
 def test_add_broadcast(ir, yshape):
     x = rng.standard_normal((3, 4)).astype("float32")

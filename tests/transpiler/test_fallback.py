@@ -118,6 +118,55 @@ def test_plan_of_custom_operator(ir):
     assert not any(seg.allreduce for seg in plan.segments)  # the updates are on the engine
 
 
+def _metric_of_a_parameter_program():
+    """x -> Linear -> logcumsumexp (no converter) -> Linear -> loss, and the mean of the head's
+    weight as a metric: a forward sink kept in Paddle, next to the second segment, reading the
+    parameter the third segment (after logcumsumexp_grad) updates."""
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        paddle.seed(5)
+        x = paddle.static.data("x", [BATCH, fm.FEATURES], "float32")
+        y = paddle.static.data("y", [BATCH, 1], "int64")
+        head = paddle.nn.Linear(fm.HIDDEN, fm.CLASSES)
+        logits = head(paddle.logcumsumexp(paddle.nn.Linear(fm.FEATURES, fm.HIDDEN)(x), axis=1))
+        loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
+        metric = paddle.mean(head.weight)
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    return main, startup, loss, metric
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_a_sink_reading_a_parameter_runs_before_the_segment_updating_it(ir, backend):
+    """Paddle's executor orders ops by the variables they read and write; the engine updates the
+    parameter in place, so the segment updating it takes the sink's output as an order input, and
+    the fetched metric is Paddle's, step after step."""
+    import paddle
+
+    xs, ys = fm.data(4, BATCH)
+    fetched = []
+    for transpiled in (False, True):
+        with ir_guard(ir):
+            main, startup, loss, metric = _metric_of_a_parameter_program()
+            if transpiled:
+                view = decode(main)
+                plan = plan_segments(view)
+                sink = next(op for op in plan.kept if op.type in ("reduce_mean", "pd_op.mean")
+                            and any(view.vars[n].persistable for n in op.input_names() if n in view.vars))
+                assert len(plan.segments) == 3 and set(sink.output_names()) & set(plan.segments[-1].after)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            scope = paddle.static.Scope()
+            with paddle.static.scope_guard(scope):
+                exe.run(startup)
+                if transpiled:
+                    paddle_ngraph.transpile(main, backend=backend)
+                fetched.append([[float(v) for v in exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss, metric])]
+                                for x, y in zip(xs, ys)])
+    np.testing.assert_allclose(fetched[1], fetched[0], rtol=1e-5, atol=1e-6)
+    assert len({m for _, m in fetched[0]}) > 1  # the metric moves: a stale read would show
+
+
 @pytest.mark.parametrize("ir", IRS)
 def test_plan_averages_gradients_of_updates_left_to_paddle(ir):
     with ir_guard(ir):
@@ -240,3 +289,42 @@ def test_ops_making_lod_tensors_stay_with_paddle(backend):
     assert left["sequence_pool"][0] == "no converter"
     types = op_types(main)
     assert sum(map(is_engine_op, types)) >= 1 and "sgd" not in types  # the second Linear, loss and updates
+
+
+def _time_major_lstm_program():
+    """A time-major LSTM: its rnn op (no converter) reads the initial states from fill_constant ops,
+    the first ops of the program, which Paddle keeps for it: no engine segment before it."""
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        paddle.seed(2)
+        x = paddle.static.data("x", [5, BATCH, fm.FEATURES], "float32")
+        out, _ = paddle.nn.LSTM(fm.FEATURES, fm.HIDDEN, time_major=True)(x)
+        loss = paddle.mean(paddle.nn.Linear(fm.HIDDEN, 1)(out))
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_constants_kept_for_paddle_ops_make_no_segment_of_their_own(ir, backend):
+    import paddle
+
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((STEPS, 5, BATCH, fm.FEATURES)).astype("float32")
+    runs = []
+    for transpiled in (False, True):
+        with ir_guard(ir):
+            main, startup, loss = _time_major_lstm_program()
+            if transpiled:
+                plan = plan_segments(decode(main))
+                assert [op.type.split(".")[-1] for op in plan.fallback if "rnn" in op.type] == ["rnn", "rnn_grad"]
+                assert all(seg.inputs or seg.handed_in for seg in plan.segments)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            scope = paddle.static.Scope()
+            with paddle.static.scope_guard(scope):
+                exe.run(startup)
+                if transpiled:
+                    paddle_ngraph.transpile(main, backend=backend)
+                runs.append([float(exe.run(main, feed={"x": x}, fetch_list=[loss])[0]) for x in xs])
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-6)

@@ -166,7 +166,10 @@ def test_segments_with_many_values_take_the_large_operator_and_share_one_placeho
             op = next(op for op in main.global_block().ops if is_engine_op(op.type))
             assert op.type == "ngraph_engine"
             names = [op.output(f"Out{slot}")[0] for slot in range(16)]
-            assert len(set(names)) == 4, names  # two values, the ordering token, one shared placeholder
+            # Three values (the matmul and the loss's input for the kept add and mean, the bias as the
+            # forward read it for the add), the ordering token, one shared placeholder.
+            assert len(set(names)) == 5, names
+            assert "linear_0.b_0@ngraph_read_0" in names
 
 
 def test_feed_with_wrong_shape_names_the_variable():
@@ -195,3 +198,34 @@ def test_compress_with_zero_stage_1_is_a_config_error_naming_both():
     main, _, _, _ = build_program("mnist_mlp", "adam", lr=0.03)
     with pytest.raises(ConfigError, match="compress: 'bf16' cannot be combined with zero_stage 1"):
         paddle_ngraph.transpile(main, compress="bf16", zero_stage=1)
+
+
+def _weighted_nll(transpiled, backend):
+    """A loss reading a constant that an in-place op fills (NLLLoss's class weights: full, then
+    assign_value_ in PIR, whose result bears the name of full's); the loss stays a Paddle op."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        paddle.seed(4)
+        x = paddle.static.data("x", [6, 5], "float32")
+        y = paddle.static.data("y", [6], "int64")
+        weight = paddle.to_tensor(np.array([1, 2, 0.5, 1, 3], np.float32))
+        scores = paddle.nn.functional.log_softmax(paddle.nn.Linear(5, 5)(x))
+        loss = paddle.nn.NLLLoss(weight=weight, ignore_index=2)(scores, y)
+        paddle.optimizer.SGD(0.5).minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        exe.run(startup)
+        if transpiled:
+            paddle_ngraph.transpile(main, backend=backend)
+        rng = np.random.default_rng(0)
+        xb, yb = rng.standard_normal((6, 5)).astype("float32"), rng.integers(0, 5, 6).astype("int64")
+        return [float(exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])[0]) for _ in range(3)]
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_loss_reading_a_constant_filled_in_place(ir, backend):
+    with ir_guard(ir):
+        ref = _weighted_nll(False, backend)
+        got = _weighted_nll(True, backend)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert len(set(ref)) == 3  # it trains

@@ -347,10 +347,26 @@ def _nll_picked_weight(ctx):
     return x, a.select(chosen, weight, a.c(0, x)), reduction
 
 
+def _nll_label_check(ctx, x):
+    """0, through a node that fails as Paddle's kernel does on a label outside [0, C) other than
+    ``ignore_index``: the one-hot selection of ``_nll_picked_weight`` would silently pick nothing
+    for it. The hard-label CrossEntropy checks each label; on ones its loss is -log(1) = 0, so adding
+    it changes no value of the loss."""
+    label = ctx.input("Label", "label")
+    classes = x.shape[1]
+    flat = ops.Reshape(label, shape=[-1, 1]).output()
+    rows = ops.Equal(flat, constant(np.arange(classes).reshape(1, classes), label.dtype)).output()  # [M, C]
+    ones = a.select(rows, a.c(1, x), a.c(1, x))
+    check = ops.CrossEntropy(ones, flat, ignore_index=int(ctx.attr("ignore_index", default=-100)),
+                             name=f"nll_loss_label_check_{ctx.op.index}")
+    return ops.ReduceSum(check.output(0), axes=[]).output()
+
+
 @converter("nll_loss", "pd_op.nll_loss")
 def nll_loss(ctx):
     x, picked, reduction = _nll_picked_weight(ctx)
     loss = a.neg(ops.ReduceSum(a.mul(x, picked), axes=[1]).output())  # -x[label] * w[label]
+    loss = a.add(loss, _nll_label_check(ctx, x))
     if reduction == "none":
         ctx.set_output(("Out", "out"), loss)
         ctx.set_output(("Total_weight", "total_weight"), a.c(0, x))

@@ -119,3 +119,53 @@ def mul_grad(ctx):
         ctx.set_output(("X@GRAD", "x_grad"), _reshape_to(ops.MatMul(dout2, y2, transpose_b=True).output(), x.shape))
     if ctx.has_output("Y@GRAD", "y_grad"):
         ctx.set_output(("Y@GRAD", "y_grad"), _reshape_to(ops.MatMul(x2, dout2, transpose_a=True).output(), y.shape))
+
+
+# --- bilinear_tensor_product (legacy) / bilinear (PIR): out[b, k] = x[b] W[k] y[b] + bias[k] ---------
+def _bilinear_inputs(ctx):
+    x, y, w = ctx.input("X", "x"), ctx.input("Y", "y"), ctx.input("Weight", "weight")
+    if x.type.rank != 2 or y.type.rank != 2 or w.type.rank != 3 or any(d < 0 for d in w.shape):
+        raise ctx.fail(f"needs x [B, I], y [B, J] and a static weight [K, I, J], got {x.type}, {y.type}, {w.type}")
+    return x, y, w
+
+
+def _bilinear_side(left: Output, w: Output, perm: list, size: int, outer: int) -> Output:
+    """[B, K, size]: left [B, n] times each W[k] (permuted so that left's dimension comes first):
+    one GEMM against W as [n, K * size] (Paddle's kernel makes one GEMM per k)."""
+    k = w.shape[0]
+    flat = ops.Reshape(ops.Transpose(w, perm=perm).output(), shape=[outer, k * size]).output()
+    return ops.Reshape(ops.MatMul(left, flat).output(), shape=[-1, k, size]).output()
+
+
+@converter("bilinear_tensor_product", "pd_op.bilinear")
+def bilinear(ctx):
+    x, y, w = _bilinear_inputs(ctx)
+    k, i, j = w.shape
+    xw = _bilinear_side(x, w, [1, 0, 2], j, i)                       # [B, K, J]: x W[k]
+    out = ops.ReduceSum(ops.Multiply(xw, ops.Reshape(y, shape=[-1, 1, j]).output()).output(), axes=[2]).output()
+    if ctx.has_input("Bias", "bias"):
+        out = ops.Add(out, ops.Reshape(ctx.input("Bias", "bias"), shape=[1, k]).output()).output()
+    ctx.set_output(("Out", "out"), out)
+
+
+@converter("bilinear_tensor_product_grad", "pd_op.bilinear_grad")
+def bilinear_grad(ctx):
+    """dx[b] = sum_k dout[b, k] W[k] y[b]; dy[b] = sum_k dout[b, k] x[b] W[k];
+    dW[k] = sum_b dout[b, k] x[b]^T y[b]; dbias[k] = sum_b dout[b, k]."""
+    x, y, w = _bilinear_inputs(ctx)
+    dout = ctx.input("Out@GRAD", "out_grad")
+    k, i, j = w.shape
+    scale = ops.Reshape(dout, shape=[-1, k, 1]).output()             # [B, K, 1]
+    if ctx.has_output("X@GRAD", "x_grad"):
+        yw = _bilinear_side(y, w, [2, 0, 1], i, j)                   # [B, K, I]: W[k] y
+        ctx.set_output(("X@GRAD", "x_grad"), ops.ReduceSum(ops.Multiply(yw, scale).output(), axes=[1]).output())
+    if ctx.has_output("Y@GRAD", "y_grad"):
+        xw = _bilinear_side(x, w, [1, 0, 2], j, i)                   # [B, K, J]: x W[k]
+        ctx.set_output(("Y@GRAD", "y_grad"), ops.ReduceSum(ops.Multiply(xw, scale).output(), axes=[1]).output())
+    if ctx.has_output("Weight@GRAD", "weight_grad"):
+        scaled_x = ops.Reshape(ops.Multiply(scale, ops.Reshape(x, shape=[-1, 1, i]).output()).output(),
+                               shape=[-1, k * i]).output()           # [B, K * I]
+        dw = ops.MatMul(scaled_x, y, transpose_a=True).output()      # [K * I, J]
+        ctx.set_output(("Weight@GRAD", "weight_grad"), ops.Reshape(dw, shape=[k, i, j]).output())
+    if ctx.has_output("Bias@GRAD", "bias_grad"):
+        ctx.set_output(("Bias@GRAD", "bias_grad"), ops.ReduceSum(dout, axes=[0], keep_dims=True).output())
