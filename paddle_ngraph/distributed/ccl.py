@@ -30,6 +30,7 @@ from .transport import NativeLink, Transport
 CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
                 "CCL_PROCESS_LAUNCHER": "none", "CCL_LOG_LEVEL": "error"}
 _KVS_KEY = "paddle_ngraph/ccl_kvs_address"
+_CONNECTS = 0  # connects over a TCPStore by this process, the same count on every rank
 
 
 def _libfabric_path() -> str | None:
@@ -152,12 +153,17 @@ class CclTransport(Transport):
         else:
             host, port = endpoints[0].rsplit(":", 1)
             self._store = core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s)
+        # The global store outlives a transport: a later connect of this process (after close())
+        # must not read the address an earlier one left there, so each connect has its own key.
+        global _CONNECTS
+        _CONNECTS += 1
+        key = f"{_KVS_KEY}/{_CONNECTS}"
         if self.rank == 0:
             address = self.ccl.create_main_kvs()
-            self._store.set(_KVS_KEY, address.hex())
+            self._store.set(key, address.hex())
             return address
-        self._store.wait(_KVS_KEY)
-        value = self._store.get(_KVS_KEY)
+        self._store.wait(key)
+        value = self._store.get(key)
         return bytes.fromhex(bytes(value).decode() if not isinstance(value, str) else value)
 
     def _call(self, fn, *args):
