@@ -4,8 +4,9 @@ which nGraph recommended for CPU-only training; MLSL is no longer developed.
 It is the transport for ``paddle.distributed.launch``, whose processes MPI cannot
 join. Bootstrap without mpirun: rank 0 creates oneCCL's main key-value store and
 publishes its address in a Paddle ``TCPStore`` that rank 0 hosts at its own
-trainer endpoint (the first of PADDLE_TRAINER_ENDPOINTS); the other ranks read
-it there. Under mpirun the address travels by MPI broadcast instead.
+trainer endpoint (the first of PADDLE_TRAINER_ENDPOINTS; Paddle's global store where
+that is also Paddle's own address, as under ``paddle.distributed.spawn``); the other
+ranks read it there. Under mpirun the address travels by MPI broadcast instead.
 
 Defaults chosen for CPU training on few cores (measured: several times faster
 here), each overridable by setting the variable yourself: CCL_WORKER_OFFLOAD=0
@@ -29,6 +30,7 @@ from .transport import NativeLink, Transport
 CCL_DEFAULTS = {"CCL_WORKER_OFFLOAD": "0", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_SHM": "1",
                 "CCL_PROCESS_LAUNCHER": "none", "CCL_LOG_LEVEL": "error"}
 _KVS_KEY = "paddle_ngraph/ccl_kvs_address"
+_CONNECTS = 0  # connects over a TCPStore by this process, the same count on every rank
 
 
 def _libfabric_path() -> str | None:
@@ -140,15 +142,28 @@ class CclTransport(Transport):
 
         endpoints = os.environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",")
         if not endpoints or ":" not in endpoints[0]:
-            raise ConfigError("paddle.distributed.launch did not set PADDLE_TRAINER_ENDPOINTS")
-        host, port = endpoints[0].rsplit(":", 1)
-        self._store = core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s)
+            raise ConfigError("the launcher (paddle.distributed.launch or spawn) did not set PADDLE_TRAINER_ENDPOINTS")
+        if os.environ.get("PADDLE_MASTER", endpoints[0]) == endpoints[0]:
+            # Paddle's own store (init_parallel_env, dygraph fleet.init) is the process's global
+            # one at PADDLE_MASTER, else at this same first trainer endpoint: under
+            # paddle.distributed.spawn, which sets no PADDLE_MASTER, a store of our own would be a
+            # second server on that port, and Paddle's libuv store aborts rank 0 on the failed bind
+            # (whichever comes second). Sharing the global one serves both, in either order.
+            self._store = core.create_or_get_global_tcp_store()
+        else:
+            host, port = endpoints[0].rsplit(":", 1)
+            self._store = core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s)
+        # The global store outlives a transport: a later connect of this process (after close())
+        # must not read the address an earlier one left there, so each connect has its own key.
+        global _CONNECTS
+        _CONNECTS += 1
+        key = f"{_KVS_KEY}/{_CONNECTS}"
         if self.rank == 0:
             address = self.ccl.create_main_kvs()
-            self._store.set(_KVS_KEY, address.hex())
+            self._store.set(key, address.hex())
             return address
-        self._store.wait(_KVS_KEY)
-        value = self._store.get(_KVS_KEY)
+        self._store.wait(key)
+        value = self._store.get(key)
         return bytes.fromhex(bytes(value).decode() if not isinstance(value, str) else value)
 
     def _call(self, fn, *args):

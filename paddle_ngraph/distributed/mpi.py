@@ -356,11 +356,48 @@ def _average(out: np.ndarray, size: int, bfloat16: bool) -> np.ndarray:
     return out / out.dtype.type(size)
 
 
+# Whether an uncaught exception ends the whole MPI job (see _abort_on_uncaught_exception).
+_ABORT_ON_UNCAUGHT = {"installed": False, "armed": False}
+
+
+def _abort_on_uncaught_exception(transport: MpiTransport) -> None:
+    """An uncaught exception on one rank ends the job with MPI_Abort, after Python printed it.
+
+    Without this the rank would leave through Python's finalization, where mpi4py's MPI_Finalize
+    waits for every other rank of the job (Open MPI 5), while they wait for this one in a collective
+    it will never join (a dygraph Layer's gradient AllReduce at the next backward, a static step's
+    buckets): both sides wait forever. mpi4py's own ``python -m mpi4py`` ends a job so too. Elastic
+    training disarms it: there the others go on without a rank that ended."""
+    if _ABORT_ON_UNCAUGHT["installed"] or transport.size < 2:
+        return
+    _ABORT_ON_UNCAUGHT.update(installed=True, armed=True)
+    import sys
+
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        previous_hook(kind, value, tb)
+        if not _ABORT_ON_UNCAUGHT["armed"]:
+            return
+        print(f"[paddle_ngraph] rank {transport.rank}: uncaught {kind.__name__}; ending every rank of the "
+              f"job (MPI_Abort) rather than leaving them waiting for this one", file=sys.stderr, flush=True)
+        transport.end_job()
+
+    sys.excepthook = excepthook
+
+
+def disarm_abort_on_uncaught_exception() -> None:
+    """An uncaught exception no longer ends the job (elastic training: the others go on)."""
+    _ABORT_ON_UNCAUGHT["armed"] = False
+
+
 def _build(info, timeout_s: float | None) -> MpiTransport:
     if info.launcher == "paddle":
         raise ConfigError("transport 'mpi' cannot join processes started by paddle.distributed.launch "
                           "(MPI singletons cannot connect); use mpirun, or the 'ccl' transport")
-    return MpiTransport()
+    transport = MpiTransport()
+    _abort_on_uncaught_exception(transport)
+    return transport
 
 
 register_transport(TransportSpec("mpi", _build, auto_for=("mpirun",)))

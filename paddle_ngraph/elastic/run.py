@@ -226,6 +226,9 @@ def _arm_exit(lost: bool = False):
     if _ENDING["armed"]:
         return
     _ENDING["armed"] = True
+    from ..distributed.mpi import disarm_abort_on_uncaught_exception
+
+    disarm_abort_on_uncaught_exception()  # an elastic job goes on without a rank that ended
     previous_hook = sys.excepthook
 
     def excepthook(kind, value, tb):

@@ -273,4 +273,4 @@ def check_strategy(strategy, dygraph: bool = False) -> None:
     found = unsupported_features(strategy, dygraph)
     if found:
         raise ConfigError(f"strategy.ngraph cannot be combined with {', '.join(found)}; turn these off, or turn "
-                          f"strategy.ngraph off (README: \"Paddle's strategy features\")")
+                          f"strategy.ngraph off (docs/fleet.md, \"Paddle's strategy features\")")

@@ -99,6 +99,26 @@ def test_bad_feed_on_one_rank_stops_every_rank_under_paddle_launch():
     assert_all_stopped_naming_rank_1(logs, 2)
 
 
+def test_uncaught_exception_on_one_rank_ends_the_mpi_job():
+    """A rank leaving through an uncaught exception would wait in MPI_Finalize for the others,
+    which wait for it in the gradient AllReduce: the job hung. Under mpirun it ends the job, its
+    traceback printed."""
+    import subprocess
+
+    from ranks import MPIRUN
+
+    start = time.monotonic()
+    proc = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+                           os.path.join(HERE, "uncaught_worker.py")],
+                          env=quiet_env(), capture_output=True, text=True, timeout=120)
+    logs = proc.stdout + proc.stderr
+    assert proc.returncode != 0, logs[-3000:]
+    assert time.monotonic() - start < 90
+    assert "RuntimeError: an error of the user's own code on rank 1" in logs, logs[-3000:]
+    assert "rank 1: uncaught RuntimeError; ending every rank of the job (MPI_Abort)" in logs, logs[-3000:]
+    assert "rank 0: step 1 done" in logs and "rank 0: step 2 done" not in logs, logs[-3000:]
+
+
 def _worker_pids(marker: str) -> list[int]:
     import subprocess
 

@@ -3,6 +3,7 @@ the meta optimizer's selection and refusals, and that Paddle is unchanged withou
 import copy
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -355,8 +356,12 @@ def test_features_it_cannot_honour_are_refused_by_name(static_fleet, feature, va
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True
     setattr(strategy, feature, value)
-    with pytest.raises(ConfigError, match=rf"strategy.ngraph cannot be combined with strategy.{feature} \("):
+    with pytest.raises(ConfigError, match=rf"strategy.ngraph cannot be combined with strategy.{feature} \(") as caught:
         fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+    # The page the message sends the reader to holds the section it names.
+    page, section = re.search(r'\((docs/[\w.-]+\.md), "([^"]+)"\)$', str(caught.value)).groups()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert f"\n## {section}\n" in open(os.path.join(root, page)).read(), (page, section)
 
 
 def test_a_bad_environment_fails_at_distributed_optimizer(static_fleet, monkeypatch):
