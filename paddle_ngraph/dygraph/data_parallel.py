@@ -55,6 +55,8 @@ def check_layer(layer):
     inside Paddle's kernel lookup at the first forward."""
     from ..errors import ConfigError
 
+    if not isinstance(layer, paddle.nn.Layer):
+        raise ConfigError(f"paddle_ngraph.DataParallel wraps a paddle.nn.Layer, got {type(layer).__name__} {layer!r:.80}")
     synced = [name or type(layer).__name__ for name, sub in layer.named_sublayers(include_self=True)
               if isinstance(sub, paddle.nn.SyncBatchNorm)]
     if synced:

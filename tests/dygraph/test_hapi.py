@@ -1,5 +1,6 @@
 """paddle.Model (hapi) around paddle_ngraph.DataParallel in one process, against paddle.Model around
-the plain Layer: fit, evaluate with another batch size (the last batch smaller) and predict."""
+the plain Layer: fit, evaluate with another batch size (the last batch smaller) and predict; and what
+the wrapper refuses to take as a network."""
 import numpy as np
 import paddle
 import pytest
@@ -55,3 +56,10 @@ def test_hapi_fit_evaluate_predict_with_the_wrapped_network_match_paddle():
     np.testing.assert_allclose(predicted, ref_predicted, rtol=1e-5, atol=1e-6)
     for (k, a), (_, b) in zip(reference.state_dict().items(), net.state_dict().items()):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_wrapping_something_else_than_a_layer_is_a_config_error_naming_it():
+    from paddle_ngraph.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="wraps a paddle.nn.Layer, got function"):
+        paddle_ngraph.DataParallel(lambda x: x)
