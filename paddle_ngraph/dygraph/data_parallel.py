@@ -14,7 +14,9 @@ parameters and buffers, so ranks start identical whatever their seeds (as paddle
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import types
 
 import paddle
 
@@ -53,6 +55,8 @@ def check_layer(layer):
     inside Paddle's kernel lookup at the first forward."""
     from ..errors import ConfigError
 
+    if not isinstance(layer, paddle.nn.Layer):
+        raise ConfigError(f"paddle_ngraph.DataParallel wraps a paddle.nn.Layer, got {type(layer).__name__} {layer!r:.80}")
     synced = [name or type(layer).__name__ for name, sub in layer.named_sublayers(include_self=True)
               if isinstance(sub, paddle.nn.SyncBatchNorm)]
     if synced:
@@ -76,6 +80,7 @@ class DataParallel(paddle.nn.Layer):
         check_layer(layer)
         apply_log_level(config.log_level)
         self._layers = layer
+        self._mirror_signature(layer)
         transport = shared_transport(config)
         self._engine = LayerEngine(layer, config, transport)
         if transport.size > 1:
@@ -97,6 +102,23 @@ class DataParallel(paddle.nn.Layer):
                 for name in names:
                     if tensors[name]._is_initialized():
                         among.broadcast(_view(tensors[name]), root=0)
+
+    def _mirror_signature(self, layer):
+        """``forward`` with the Layer's argument names, for this wrapper only: paddle.Model (hapi)
+        splits each batch into inputs and labels by the names ``inspect.getfullargspec`` finds in
+        ``network.forward``, and ``*inputs`` names none (it would call the Layer with no input)."""
+        try:
+            own = inspect.signature(layer.forward)
+        except (TypeError, ValueError):
+            return
+        wrapper = DataParallel.forward
+
+        def forward(self, *inputs, **kwargs):
+            return wrapper(self, *inputs, **kwargs)
+
+        this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        forward.__signature__ = own.replace(parameters=[this, *own.parameters.values()])
+        object.__setattr__(self, "forward", types.MethodType(forward, self))
 
     def forward(self, *inputs, **kwargs):
         if kwargs:

@@ -313,8 +313,11 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
     """The Layer traced by paddle.jit.to_static (AST): (partial program, its runnable train program
     or None, the program to convert)."""
     # One holder per mode: the translator's program cache is keyed by the inputs only, and a program
-    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says.
-    key = (id(layer), len(args), training)
+    # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says. For
+    # the same reason one per set of tensors and of frozen parameters: a program traced before a
+    # sublayer was added, or with a parameter frozen, would be handed back unchanged.
+    tensors = tuple((id(t), t.stop_gradient) for t in [*layer.parameters(), *layer.buffers()])
+    key = (id(layer), len(args), training, tensors)
     holder = _HOLDERS.get(key)
     if holder is None or holder.layer.inner is not layer:
         holder = _HOLDERS[key] = _Holder(layer, len(args))
