@@ -24,7 +24,7 @@ from . import engine_op, originals
 from .engine import Engine, SegmentLinks, engines
 from .engine_op import is_engine_op
 from .lowering import lower_segment, plan_program
-from .rewrite import rewrite_legacy, rewrite_pir
+from .rewrite import leave_feed_checks_to_engines, rewrite_legacy, rewrite_pir
 from .schedules import AccumulationSchedule, LocalSGDSchedule, Schedule, Variant
 from .sharded_state import ShardedState
 
@@ -106,6 +106,8 @@ def transpile(program, config: Config | None = None, *, nranks: int | None = Non
         rewrite_pir(view, plan, engines)
     else:
         rewrite_legacy(view, plan, engines)
+        if transport.size > 1:
+            leave_feed_checks_to_engines(view, engines)
     originals.complete(original)
     log.info("rank %d/%d: %s transpiled: %d engine segment(s), %s backend, %s transport", transport.rank,
              transport.size, view.source, len(engines), compiler.name, transport.name)

@@ -84,6 +84,25 @@ def rewrite_legacy(view, plan: Plan, engines: list):
     block._sync_with_cpp()
 
 
+def leave_feed_checks_to_engines(view, engines: list):
+    """On several ranks, a legacy program's feeds that only engines read are checked by the engines
+    alone. Paddle's executor checks a feed's shape and dtype against its declaration before the
+    step (``need_check_feed``), on the rank that was given it: that rank raises, while the others,
+    already in the step, wait for it at the engine's input check until the watchdog ends the job
+    with a stall. The engine checks the same declaration, and its ranks agree on the result, so every
+    rank stops at once naming the rank and the variable. Feeds a Paddle op also reads keep Paddle's
+    check: that op would run on the bad feed before any engine."""
+    program = view.native
+    read_by_engines = {name for engine in engines for name in engine.input_names}
+    read_by_paddle = {name for block in program.blocks for op in block.ops if not engine_op.is_engine_op(op.type)
+                      for name in op.input_arg_names}
+    block = program.global_block()
+    for name in sorted(read_by_engines - read_by_paddle):
+        var = block._find_var_recursive(name)
+        if var is not None and var.desc.need_check_feed():
+            var.desc.set_need_check_feed(False)
+
+
 # --- PIR ---------------------------------------------------------------------------------------------
 # PIR's Python op objects are made afresh on each access: ops are compared by ``op.id()``.
 def rewrite_pir(view, plan: Plan, engines: list):

@@ -16,9 +16,10 @@ pytestmark = pytest.mark.distributed
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def train_with_a_bad_feed_on_rank_1():
-    """On every rank: rank 1 feeds a batch of the wrong shape at step 2; each rank prints the
-    message it stops with and exits 1."""
+def train_with_a_bad_feed_on_rank_1(ir="pir", kind="shape"):
+    """On every rank: rank 1 feeds a batch of the wrong shape (``kind="dtype"``: float64 for
+    float32) at step 2; each rank prints the message it stops with and exits 1. ``ir``: the program's
+    IR (in a legacy program Paddle's executor checks feeds too, on the rank that was given them)."""
     import numpy as np
     import paddle
 
@@ -28,22 +29,26 @@ def train_with_a_bad_feed_on_rank_1():
 
     paddle.enable_static()
     t = make_transport()
-    main, startup, _, loss = build_program("mnist_mlp", "sgd")
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    exe.run(startup)
-    paddle_ngraph.transpile(main, transport=t)
-    start = time.time()
-    for step in range(5):
-        width = 700 if (t.rank == 1 and step == 2) else 784
-        try:
-            exe.run(main, feed={"x": np.zeros((8, width), np.float32), "y": np.zeros((8, 1), np.int64)},
-                    fetch_list=[loss])
-        except Exception as e:
-            message = " ".join(str(e).split())
-            print(f"[rank {t.rank}] STOPPED at step {step} after {time.time() - start:.1f}s: "
-                  f"{message[message.find('ExecutionError'):]}", flush=True)
-            sys.exit(1)
-    print(f"[rank {t.rank}] finished", flush=True)
+    guard = paddle.pir_utils.OldIrGuard() if ir == "legacy" else paddle.pir_utils.IrGuard()
+    with guard:
+        main, startup, _, loss = build_program("mnist_mlp", "sgd")
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        paddle_ngraph.transpile(main, transport=t)
+        start = time.time()
+        for step in range(5):
+            bad = t.rank == 1 and step == 2
+            width = 700 if bad and kind == "shape" else 784
+            dtype = np.float64 if bad and kind == "dtype" else np.float32
+            try:
+                exe.run(main, feed={"x": np.zeros((8, width), dtype), "y": np.zeros((8, 1), np.int64)},
+                        fetch_list=[loss])
+            except Exception as e:
+                message = " ".join(str(e).split())
+                print(f"[rank {t.rank}] STOPPED at step {step} after {time.time() - start:.1f}s: "
+                      f"{message[message.find('ExecutionError'):]}", flush=True)
+                sys.exit(1)
+        print(f"[rank {t.rank}] finished", flush=True)
 
 
 def train_with_a_nan_on_rank_1():
@@ -72,12 +77,12 @@ def train_with_a_nan_on_rank_1():
     print(f"rank {transport.rank}: finished without noticing", flush=True)
 
 
-def assert_all_stopped_naming_rank_1(output: str, nranks: int):
+def assert_all_stopped_naming_rank_1(output: str, nranks: int, problem: str = "input 'x': shape [8, 700]"):
     for rank in range(nranks):
         match = re.search(rf"\[rank {rank}\] STOPPED at step 2 .*", output)
         assert match, output[-3000:]
         line = match.group(0)
-        assert "feeds rejected on rank(s) [1]" in line and "input 'x': shape [8, 700]" in line, line
+        assert "feeds rejected on rank(s) [1]" in line and problem in line, line
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
@@ -87,6 +92,19 @@ def test_bad_feed_on_one_rank_stops_every_rank_under_mpirun(nranks):
     assert time.monotonic() - start < 60
     assert proc.returncode != 0
     assert_all_stopped_naming_rank_1(proc.stdout, nranks)
+
+
+@pytest.mark.parametrize("ir", ["legacy", "pir"])
+@pytest.mark.parametrize("kind, problem", [("shape", "input 'x': shape [8, 700]"),
+                                           ("dtype", "input 'x': dtype float64, the program declares float32")])
+def test_bad_feed_on_one_rank_stops_every_rank_in_both_irs(ir, kind, problem):
+    """In a legacy program too, where Paddle's executor would refuse the feed on rank 1 alone and
+    leave the others waiting for it in the step."""
+    start = time.monotonic()
+    proc = run_ranks(train_with_a_bad_feed_on_rank_1, 2, ir, kind, timeout=90, check=False)
+    assert time.monotonic() - start < 60
+    assert proc.returncode != 0
+    assert_all_stopped_naming_rank_1(proc.stdout, 2, problem)
 
 
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
