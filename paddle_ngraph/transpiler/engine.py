@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ExecutionError
 from ..ir import Function
 from ..ir.roles import FETCH_PREFIX
-from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE
+from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE, DType
 from ..backends.base import check_input, write_back
 from .schedules import Schedule, Variant
 
@@ -50,6 +50,48 @@ def register_engine(engine) -> int:
     engine.id = next(_ids)
     _ENGINES[engine.id] = engine
     return engine.id
+
+
+# Paddle's codes of the two index dtypes, each mapped to the other.
+_INT32, _INT64 = PADDLE_DATATYPE_CODE[DType.int32], PADDLE_DATATYPE_CODE[DType.int64]
+_OTHER_INDEX_CODE = {_INT32: _INT64, _INT64: _INT32}
+_INT32_RANGE = np.iinfo(np.int32)
+
+
+def index_feeds(function: Function, count: int) -> list[tuple[int, int, type]]:
+    """(position, declared code, NumPy type) of the first ``count`` parameters that are int32 or
+    int64 feeds: labels and indices, which a PIR program may be fed in the other of the two."""
+    found = []
+    for i, p in enumerate(function.parameters[:count]):
+        dtype = p.output_types[0].dtype
+        if p.attrs.get("role") == "feed" and dtype in (DType.int32, DType.int64):
+            found.append((i, PADDLE_DATATYPE_CODE[dtype], dtype.numpy))
+    return found
+
+
+def convert_index_feeds(feeds, arrays, dtype_codes):
+    """``arrays`` and ``dtype_codes`` with each int32 feed the function declares int64 (and each
+    int64 feed it declares int32, when its values fit) converted to the declared dtype.
+
+    Paddle's PIR executor hands a feed to the kernels in the dtype it was fed, not the one
+    ``paddle.static.data`` declares, and its label and index kernels (cross_entropy_with_softmax,
+    gather, embedding, ...) dispatch on the dtype they get: int32 labels fed to an int64 ``data``
+    train there. The engine's kernels take the declared dtype; a label's copy costs little. (The
+    legacy executor refuses such feeds itself, before the engine.) An int64 feed with values
+    outside int32 stays as it is, for ``check_inputs`` to refuse."""
+    converted = None
+    for position, code, numpy_type in feeds:
+        got = dtype_codes[position] if position < len(dtype_codes) else code
+        if got == code or _OTHER_INDEX_CODE.get(got) != code:
+            continue
+        array = arrays[position]
+        if code == _INT32 and array.size and (array.min() < _INT32_RANGE.min or array.max() > _INT32_RANGE.max):
+            continue
+        if converted is None:
+            converted, dtype_codes = list(arrays), list(dtype_codes)
+        converted[position] = array.astype(numpy_type)
+        dtype_codes[position] = code
+    return (arrays if converted is None else converted), dtype_codes
 
 
 _byte_bounds = getattr(getattr(np.lib, "array_utils", None), "byte_bounds", None) or np.byte_bounds  # NumPy 2 moved it
@@ -127,6 +169,7 @@ class Engine:
         self.wait_seconds = 0.0
         self._on_first_run = on_first_run
         self._accepted: set = set()  # (dtype codes, shapes) of inputs check_inputs accepted
+        self._index_feeds = index_feeds(function, self.num_inputs)
         # The backend's whole step for inputs like the last step's, where it has one (the CPU
         # backend's StepPlan): made after a step of the full path, used until a step differs.
         self._plan = None
@@ -176,12 +219,18 @@ class Engine:
             return
         for param, array, code in zip(self.function.parameters, arrays, dtype_codes):
             expected, got = param.output_types[0], PADDLE_DATATYPE.get(code)
+            if expected.dtype == DType.int32 and got == DType.int64 and param.attrs.get("role") == "feed":
+                # convert_index_feeds left it: its values do not fit.
+                raise ExecutionError(f"input '{param.name}': int64 values from {int(array.min())} to "
+                                     f"{int(array.max())}, outside the int32 range the program declares")
             check_input(param.name, got == expected.dtype, got.value if got else str(code), array.shape, expected,
                         "the program")
         if len(self._accepted) < 64:
             self._accepted.add(signature)
 
     def run(self, arrays, dtype_codes):
+        if self._index_feeds:
+            arrays, dtype_codes = convert_index_feeds(self._index_feeds, arrays, dtype_codes)
         plan = self._plan
         if plan is not None and not (self.state_destinations is not None and self.state_destinations.pending):
             # None: these inputs differ from those the plan was made for (nothing was run).

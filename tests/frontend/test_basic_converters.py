@@ -71,18 +71,20 @@ def test_mean_and_sum(ir, axis, keepdim):
 
 @pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_softmax_cross_entropy(ir, dtype):
+@pytest.mark.parametrize("label_dtype", ["int64", "int32"])  # Paddle's kernel takes either
+def test_softmax_cross_entropy(ir, dtype, label_dtype):
     logits = rng.standard_normal((8, 10)).astype(dtype)
-    label = rng.integers(0, 10, (8, 1)).astype("int64")
+    label = rng.integers(0, 10, (8, 1)).astype(label_dtype)
     check_against_paddle(
         lambda logits, label: paddle.nn.functional.cross_entropy(logits, label, reduction="none"),
         {"logits": logits, "label": label}, ir=ir, rtol=1e-5 if dtype == "float32" else 1e-10)
 
 
 @pytest.mark.parametrize("ir", IRS)
-def test_softmax_cross_entropy_ignore_index(ir):
+@pytest.mark.parametrize("label_dtype", ["int64", "int32"])
+def test_softmax_cross_entropy_ignore_index(ir, label_dtype):
     logits = rng.standard_normal((6, 5)).astype("float32")
-    label = np.array([[0], [4], [-100], [2], [-100], [1]], dtype="int64")
+    label = np.array([[0], [4], [-100], [2], [-100], [1]], dtype=label_dtype)
     check_against_paddle(
         lambda logits, label: paddle.nn.functional.cross_entropy(logits, label, reduction="none", ignore_index=-100),
         {"logits": logits, "label": label}, ir=ir)

@@ -130,9 +130,10 @@ def test_index_sample(ir, dtype, index_dtype):
 @pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("axis,index_shape", [(1, (3, 2, 5)), (0, (6, 4, 5)), (2, (3, 4, 1))])
-def test_take_along_axis(ir, dtype, axis, index_shape):
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_take_along_axis(ir, dtype, axis, index_shape, index_dtype):
     x = rng.standard_normal((3, 4, 5)).astype(dtype)
-    index = rng.integers(0, x.shape[axis], index_shape).astype("int64")
+    index = rng.integers(0, x.shape[axis], index_shape).astype(index_dtype)
     check_against_paddle(
         lambda x, index: static_op(lambda: paddle.take_along_axis(x, index, axis=axis), "take_along_axis",
                                    {"Input": x, "Index": index}, {"Axis": axis}, outputs=("Result",)),
