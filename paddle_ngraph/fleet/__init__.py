@@ -8,7 +8,9 @@ programs: meta_optimizer.py; dygraph: dygraph.py; Paddle's own strategy features
 - ``NgraphOptimizer``, a meta optimizer registered where ``MetaOptimizerFactory`` finds
   meta optimizers, which ``fleet.distributed_optimizer(opt, strategy).minimize(loss)``
   uses when the flag is on (``meta_optimizer.py``);
-- under ``mpirun``, ``fleet.worker_index()``/``worker_num()`` report MPI's rank and size.
+- under ``mpirun``, ``fleet.worker_index()``/``worker_num()`` report MPI's rank and size;
+- ``paddle.Model`` (hapi) runs its network on the engine with ``strategy.ngraph``, and does not wrap
+  a ``paddle_ngraph.DataParallel`` in ``paddle.DataParallel`` again (``hapi.py``).
 
 Importing paddle_ngraph does not import Paddle: if ``paddle.distributed.fleet`` is not
 imported yet, a one-shot import hook installs the hooks right after it is. Without
@@ -49,10 +51,11 @@ def _install_now() -> None:
         fleet_module = sys.modules[_FLEET]
         from paddle.distributed.fleet.base.distributed_strategy import DistributedStrategy
 
-        from . import meta_optimizer, strategy
+        from . import hapi, meta_optimizer, strategy
 
         strategy.install(DistributedStrategy)
         meta_optimizer.install(fleet_module)
+        hapi.install()  # else at the first paddle_ngraph.DataParallel (hapi half-imported now)
         _state["installed"] = True
     except Exception as e:  # never break `import paddle` or `import paddle_ngraph`
         warnings.warn(f"paddle_ngraph: fleet integration (strategy.ngraph) not installed: "
