@@ -16,8 +16,11 @@ between hosts) and a broadcast within each node. A node is a host name, or
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
+import time
 
 import numpy as np
 
@@ -356,22 +359,54 @@ def _average(out: np.ndarray, size: int, bfloat16: bool) -> np.ndarray:
     return out / out.dtype.type(size)
 
 
-# Whether an uncaught exception ends the whole MPI job (see _abort_on_uncaught_exception).
-_ABORT_ON_UNCAUGHT = {"installed": False, "armed": False}
+# Whether a rank failing ends the whole MPI job (see _end_the_job_on_failure); "status": the nonzero
+# status the interpreter is exiting with through sys.exit, once known (_Exit).
+_ABORT_ON_UNCAUGHT = {"installed": False, "armed": False, "status": 0}
+# Seconds a rank leaving with an error waits before ending the others: ranks failing together (at a
+# step every rank refused) print their own messages first.
+GRACE_S = 1.0
 
 
-def _abort_on_uncaught_exception(transport: MpiTransport) -> None:
-    """An uncaught exception on one rank ends the job with MPI_Abort, after Python printed it.
+class _Exit(SystemExit):
+    """What ``sys.exit`` raises once the MPI transport exists: a SystemExit that notes its status
+    when it ends the interpreter. Python exits with a SystemExit's status after the exception left
+    the main program and was dropped, so dropped with no Python frame left running it is the one
+    that ends the process; one caught and dropped inside the program has the catcher's frame below it."""
+
+    def __del__(self):
+        try:
+            if sys._getframe(0).f_back is not None:
+                return
+            code = self.code
+            status = code if isinstance(code, int) else (0 if code is None else 1)
+            if status:
+                _ABORT_ON_UNCAUGHT["status"] = status
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+
+def _exit(status=None):
+    raise _Exit(status)
+
+
+def _end_the_job_on_failure(transport: MpiTransport) -> None:
+    """An uncaught exception, or a ``sys.exit`` with a nonzero status, on one rank ends the job with
+    MPI_Abort, after Python printed what it prints.
 
     Without this the rank would leave through Python's finalization, where mpi4py's MPI_Finalize
     waits for every other rank of the job (Open MPI 5), while they wait for this one in a collective
     it will never join (a dygraph Layer's gradient AllReduce at the next backward, a static step's
-    buckets): both sides wait forever. mpi4py's own ``python -m mpi4py`` ends a job so too. Elastic
-    training disarms it: there the others go on without a rank that ended."""
+    buckets): both sides wait forever. mpi4py's own ``python -m mpi4py`` ends a job so too; it sees
+    the status of a SystemExit around the whole program, which a library cannot put there, so
+    ``sys.exit`` is replaced by a function raising a SystemExit that notes its status when it ends
+    the interpreter (``_Exit``), and an exit handler, which runs before mpi4py's MPI_Finalize, ends the
+    job on a nonzero status. A ``raise SystemExit(1)`` of the program's own, or a ``sys.exit`` bound
+    before the transport existed (``from sys import exit``), is not seen. A status of 0 finalizes as
+    usual. Elastic training disarms both: there the others go on without a rank that ended."""
     if _ABORT_ON_UNCAUGHT["installed"] or transport.size < 2:
         return
     _ABORT_ON_UNCAUGHT.update(installed=True, armed=True)
-    import sys
+    import atexit
 
     previous_hook = sys.excepthook
 
@@ -383,11 +418,27 @@ def _abort_on_uncaught_exception(transport: MpiTransport) -> None:
               f"job (MPI_Abort) rather than leaving them waiting for this one", file=sys.stderr, flush=True)
         transport.end_job()
 
+    def end_on_failed_exit():
+        status = _ABORT_ON_UNCAUGHT["status"]
+        if not (status and _ABORT_ON_UNCAUGHT["armed"]):
+            return
+        print(f"[paddle_ngraph] rank {transport.rank}: leaving with exit status {status}; ending every rank of "
+              f"the job (MPI_Abort) rather than leaving them waiting for this one", file=sys.stderr, flush=True)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        time.sleep(GRACE_S)
+        transport.comm.Abort(status)
+
     sys.excepthook = excepthook
+    sys.exit = functools.wraps(sys.exit)(_exit)
+    atexit.register(end_on_failed_exit)  # after mpi4py's registration (at its import), so it runs first
 
 
 def disarm_abort_on_uncaught_exception() -> None:
-    """An uncaught exception no longer ends the job (elastic training: the others go on)."""
+    """A failing rank no longer ends the job (elastic training: the others go on)."""
     _ABORT_ON_UNCAUGHT["armed"] = False
 
 
@@ -396,7 +447,7 @@ def _build(info, timeout_s: float | None) -> MpiTransport:
         raise ConfigError("transport 'mpi' cannot join processes started by paddle.distributed.launch "
                           "(MPI singletons cannot connect); use mpirun, or the 'ccl' transport")
     transport = MpiTransport()
-    _abort_on_uncaught_exception(transport)
+    _end_the_job_on_failure(transport)
     return transport
 
 

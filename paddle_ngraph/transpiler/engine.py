@@ -21,6 +21,7 @@ module's Python runs cold, 20-30 us a step); a step whose inputs differ takes th
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 import weakref
@@ -168,6 +169,7 @@ class Engine:
         self.comm_seconds = 0.0
         self.wait_seconds = 0.0
         self._on_first_run = on_first_run
+        self._identity: int | None = None  # see identity
         self._accepted: set = set()  # (dtype codes, shapes) of inputs check_inputs accepted
         self._index_feeds = index_feeds(function, self.num_inputs)
         # The backend's whole step for inputs like the last step's, where it has one (the CPU
@@ -302,11 +304,58 @@ class Engine:
         return make(list(dtype_codes), self.order_inputs, self.handover, self.handed_in, variant.state_writeback,
                     self.handed_out, list(zip(self.output_codes, variant.fetch_positions)))
 
+    def refuse_step(self, problem: str):
+        """This rank cannot run the step that the other ranks are starting (a feed left out, seen
+        before Paddle's executor, which would refuse it on this rank alone): the ranks meet at this
+        step's input check, where the others wait, and every rank raises, naming this one."""
+        watchdog = self.watchdog
+        if watchdog:
+            watchdog.enter_step(self.id, self.steps)
+        try:
+            self._agree_on_inputs(problem)
+        finally:
+            if watchdog:
+                watchdog.leave_step()
+
+    @property
+    def identity(self) -> int:
+        """What the ranks compare at every step's input check: equal for the engines of one program
+        on every rank. Op types only: names differ between ranks that built their programs in another
+        order. 0 under model parallelism, where the ranks of a model-parallel group run functions of
+        their own (their shards')."""
+        if self._identity is None:
+            text = "\n".join(node.op_type for node in self.function.ordered_nodes())
+            digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
+            self._identity = digest if self.replicas is None else 0
+        return self._identity
+
+    def describe(self) -> str:
+        """This engine for a message about ranks running different programs."""
+        nodes = self.function.ordered_nodes()
+        reductions = sum(1 for node in nodes if node.op_type == "AllReduce")
+        return (f"engine {self.id} at its step {self.steps} ({len(nodes)} ops, {reductions} AllReduce, fetching "
+                f"{', '.join(self.fetch_names) or 'nothing'})")
+
     def _agree_on_inputs(self, problem: str | None):
         """All ranks learn whether any rank's feeds are bad, before any collective of the step, and
-        then fail together naming the ranks: one rank's bad batch must not leave the others waiting."""
-        flag = self.transport.allreduce(np.array([1 if problem else 0], dtype=np.int32), "max", name="input_check")
-        if not flag[0]:
+        then fail together naming the ranks: one rank's bad batch must not leave the others waiting.
+
+        The same reduction checks that every rank is at a step of the same program: each rank's
+        engine runs its first collective here, so ranks that called ``exe.run`` on different
+        transpiled programs (one skipped an evaluation the others ran) meet here, each at its own
+        engine, and would go on into collectives that do not match. The start-up consistency check
+        compares each program once, at its first step, and cannot see this. Where every rank is at
+        its engine's first step, that check follows and names the first differing op."""
+        key = self.identity
+        later = 0 if self._on_first_run is not None else 1
+        flags = self.transport.allreduce(np.array([1 if problem else 0, key, -key, later], dtype=np.int32), "max",
+                                         name="input_check")
+        if flags[1] != -flags[2] and flags[3]:  # the largest identity is not the smallest, past the first step
+            running = self.transport.allgather_object(self.describe())
+            details = "; ".join(f"rank {r}: {what}" for r, what in enumerate(running))
+            raise ExecutionError(f"step {self.steps}: the ranks are running different transpiled programs at this "
+                                 f"exe.run, so every rank stops: {details}")
+        if not flags[0]:
             return
         problems = self.transport.allgather_object(problem)
         bad = [r for r, p in enumerate(problems) if p]

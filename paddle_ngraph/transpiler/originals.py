@@ -43,6 +43,7 @@ class Original:
     erased: set = field(default_factory=set)     # PIR: ids of erased values; legacy: names no op writes
     config: object = None       # the Config it was transpiled with (elastic transpiles the copy again)
     nranks: int = 1             # the ranks it was transpiled for
+    feeds: list = field(default_factory=list)    # the names every exe.run must feed
 
 
 _ORIGINALS: dict[int, Original] = {}
@@ -75,12 +76,59 @@ def complete(original: Original) -> None:
     if original.ir == "pir":
         live = _live_pir_values(original.transpiled)
         original.erased = set(original.values) - live
+        original.feeds = _pir_feeds(original.transpiled)
     else:
         written = {n for op in original.transpiled.global_block().ops for n in op.output_arg_names}
         before = {n for op in original.copy.global_block().ops for n in op.output_arg_names}
         block = original.transpiled.global_block()
         original.erased = {n for n in before - written if not (block.has_var(n) and block.var(n).persistable)}
+        original.feeds = _legacy_feeds(original.transpiled)
     _ORIGINALS[id(original.transpiled)] = original
+
+
+def _legacy_feeds(program) -> list[str]:
+    """The data variables (``paddle.static.data``) that ops of the program read and none writes (a
+    reader's ``read`` op writes those of a non-iterable DataLoader): what each ``exe.run`` feeds."""
+    read, written = set(), set()
+    for block in program.blocks:
+        for op in block.ops:
+            read.update(op.input_arg_names)
+            written.update(op.output_arg_names)
+    block = program.global_block()
+    return sorted(n for n in read - written if block.has_var(n) and block.var(n).is_data)
+
+
+def _pir_feeds(program) -> list[str]:
+    """The names of the data and feed ops whose value is not persistable (the state an engine reads
+    through a data op is): those Paddle's executor looks up in each ``exe.run``'s feed."""
+    names = set()
+    for op in program.global_block().ops:
+        if op.name() in ("pd_op.data", "pd_op.feed") and not op.result(0).persistable:
+            names.add(op.attrs()["name"])
+    return sorted(names)
+
+
+def check_feeds(original: Original, program, feed) -> None:
+    """On several ranks, a feed this ``exe.run`` leaves out stops every rank, naming this rank and the
+    variable. Paddle would refuse it on this rank alone before the engine runs (legacy: the engine
+    operator's input is not initialized; PIR: a KeyError of its feed code), while the other ranks
+    wait for this one at the step's input check until the watchdog ends the job: this rank meets
+    them there instead (``Engine.refuse_step``)."""
+    if feed is not None and not isinstance(feed, dict):
+        return  # a list of feeds, one per place: Paddle's own checks
+    given = [key if isinstance(key, str) else getattr(key, "name", str(key)) for key in (feed or {})]
+    missing = [name for name in original.feeds if name not in given]
+    if not missing:
+        return
+    from . import engines_of
+
+    engines = engines_of(program)
+    if not engines:
+        return
+    names = ", ".join(f"'{name}'" for name in missing)
+    fed = ", ".join(f"'{name}'" for name in given) or "nothing"
+    engines[0].refuse_step(f"feed {names} missing: the program reads {'them' if len(missing) > 1 else 'it'}, "
+                           f"and this exe.run feeds {fed}")
 
 
 def forget(program) -> None:
@@ -250,6 +298,8 @@ def install_hooks() -> None:
         original = original_of(inner) if _ORIGINALS and inner is not None else None
         if original is not None:
             check_fetch(original, fetch_list)
+            if original.nranks > 1 and original.feeds:
+                check_feeds(original, inner, feed)
             if inner is not program:
                 check_build_strategy(original, program._build_strategy)
         elif _ORIGINALS and inner is not None and sharded_state.LIVE:

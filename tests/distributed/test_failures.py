@@ -137,6 +137,25 @@ def test_uncaught_exception_on_one_rank_ends_the_mpi_job():
     assert "rank 0: step 1 done" in logs and "rank 0: step 2 done" not in logs, logs[-3000:]
 
 
+def test_sys_exit_with_an_error_status_on_one_rank_ends_the_mpi_job():
+    """Rank 1 catches its own error and leaves with sys.exit(1): no uncaught exception, but the
+    same wait as above (this rank in MPI_Finalize, the others in the AllReduce) without the abort."""
+    import subprocess
+
+    from ranks import MPIRUN
+
+    start = time.monotonic()
+    proc = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+                           os.path.join(HERE, "uncaught_worker.py"), "exit"],
+                          env=quiet_env(), capture_output=True, text=True, timeout=90)
+    logs = proc.stdout + proc.stderr
+    assert proc.returncode != 0, logs[-3000:]
+    assert time.monotonic() - start < 60
+    assert "rank 1: an error of the user's own code on rank 1; leaving with sys.exit(1)" in logs, logs[-3000:]
+    assert "rank 1: leaving with exit status 1; ending every rank of the job (MPI_Abort)" in logs, logs[-3000:]
+    assert "rank 0: step 2 done" not in logs, logs[-3000:]
+
+
 def _worker_pids(marker: str) -> list[int]:
     import subprocess
 
@@ -306,3 +325,93 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_paddle_launch():
     assert code != 0
     _assert_stall_report(logs, [0], "silent for")
     assert not _left_after(STALLING_RANKS, 15)
+
+
+def _tiny_program(train: bool):
+    """x [N, 8] -> fc -> squared error against y, in the current IR; ``train``: with SGD (its
+    gradients are averaged over the ranks). The same parameter names whichever is built, as an
+    evaluation program has."""
+    import paddle
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 8], "float32")
+        y = paddle.static.data("y", [None, 1], "float32")
+        out = paddle.static.nn.fc(x, 1, weight_attr=paddle.ParamAttr(name="w"), bias_attr=paddle.ParamAttr(name="b"))
+        loss = paddle.nn.functional.square_error_cost(out, y).mean()
+        if train:
+            paddle.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, loss
+
+
+def run_with_rank_1_off_script(ir, cases, timeout_s):
+    """On every rank, a program of ``ir`` on 2 ranks, the cases in ``cases`` one after the other, each
+    caught: ``"missing_feed"``, rank 1 leaves out feed 'y' at step 1; ``"different_programs"``, a
+    training and an evaluation program run alternately, rank 1 skipping the first evaluation.
+    Prints ``[rank r] <case> STOPPED after <s>s: <message>`` for each case, ``<case> no error``
+    where there was none."""
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+    from paddle_ngraph.distributed import make_transport
+
+    paddle.enable_static()
+    t = make_transport()
+    feed = {"x": np.ones((4, 8), np.float32), "y": np.zeros((4, 1), np.float32)}
+    with paddle.pir_utils.OldIrGuard() if ir == "legacy" else paddle.pir_utils.IrGuard():
+        train, startup, loss = _tiny_program(train=True)
+        evaluate, _, eval_loss = _tiny_program(train=False)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        paddle_ngraph.transpile(train, transport=t, timeout_s=float(timeout_s))
+        paddle_ngraph.transpile(evaluate, transport=t, timeout_s=float(timeout_s))
+        if "missing_feed" in cases:
+            calls = [(train, feed, loss)] * 3
+            calls[1] = (train, {"x": feed["x"]} if t.rank == 1 else feed, loss)
+            _run_calls(exe, t.rank, "missing_feed", calls)
+        if "different_programs" in cases:
+            calls = [(train, feed, loss), (evaluate, feed, eval_loss)] * 2
+            if t.rank == 1:
+                del calls[1]
+            _run_calls(exe, t.rank, "different_programs", calls)
+    print(f"[rank {t.rank}] finished", flush=True)
+
+
+def _run_calls(exe, rank, case, calls):
+    start = time.time()
+    try:
+        for program, feed, fetched in calls:
+            exe.run(program, feed=feed, fetch_list=[fetched])
+    except Exception as e:
+        message = " ".join(str(e).split())
+        message = message[message.find("ExecutionError"):] if "ExecutionError" in message else message[-600:]
+        print(f"[rank {rank}] {case} STOPPED after {time.time() - start:.1f}s: {message}", flush=True)
+        return
+    print(f"[rank {rank}] {case} no error", flush=True)
+
+
+@pytest.mark.parametrize("ir", ["legacy", "pir"])
+def test_a_missing_feed_and_ranks_in_different_programs_stop_every_rank_at_once(ir):
+    """Two cases in one job (each caught on every rank, then the next), with the watchdog at its
+    default 60 s: a feed rank 1 leaves out, which Paddle would refuse on rank 1 alone before the
+    engine runs; and rank 1 running the training program while rank 0 runs the evaluation program,
+    each at its own engine's input check, whose collectives would otherwise match each other's."""
+    start = time.monotonic()
+    proc = run_ranks(run_with_rank_1_off_script, 2, ir, ("missing_feed", "different_programs"), 60, timeout=120)
+    assert time.monotonic() - start < 50  # Paddle's start-up on 2 ranks; a stall would take 60 s
+    for rank in range(2):
+        out = proc.rank_stdout[rank]
+        missing = re.search(rf"\[rank {rank}\] missing_feed STOPPED after ([\d.]+)s: (.*)", out)
+        assert missing, out[-3000:]
+        assert float(missing.group(1)) < 10, missing.group(0)
+        assert ("step 1: feeds rejected on rank(s) [1], so every rank stops: rank 1: feed 'y' missing"
+                in missing.group(2)), missing.group(0)
+        different = re.search(rf"\[rank {rank}\] different_programs STOPPED after ([\d.]+)s: (.*)", out)
+        assert different, out[-3000:]
+        assert float(different.group(1)) < 10, different.group(0)
+        line = different.group(2)
+        assert "the ranks are running different transpiled programs at this exe.run, so every rank stops" in line, line
+        assert re.search(r"rank 0: engine \d+ at its step 0 \(\d+ ops, 0 AllReduce", line), line
+        assert re.search(r"rank 1: engine \d+ at its step 2 \(\d+ ops, [1-9]\d* AllReduce", line), line
+        assert f"[rank {rank}] finished" in out

@@ -1,8 +1,9 @@
 """A dygraph training script run by plain mpirun (tests/distributed/test_failures.py): at step 2
 rank 1 raises an error of the user's own code after its forward, leaving it uncaught, while
-rank 0 goes on into the backward, whose gradient AllReduce waits for rank 1.
+rank 0 goes on into the backward, whose gradient AllReduce waits for rank 1. With ``exit``, rank 1
+catches the error itself and leaves with ``sys.exit(1)``.
 
-    mpirun -np 2 python uncaught_worker.py
+    mpirun -np 2 python uncaught_worker.py [exit]
 """
 import os
 import sys
@@ -21,7 +22,13 @@ rank = paddle.distributed.get_rank()
 for step in range(4):
     loss = model(paddle.to_tensor(np.full((4, 6), step, np.float32))).square().mean()
     if rank == 1 and step == 2:
-        raise RuntimeError("an error of the user's own code on rank 1")
+        try:
+            raise RuntimeError("an error of the user's own code on rank 1")
+        except RuntimeError as e:
+            if sys.argv[1:] != ["exit"]:
+                raise
+            print(f"rank 1: {e}; leaving with sys.exit(1)", flush=True)
+            sys.exit(1)
     loss.backward()
     opt.step()
     opt.clear_grad()
