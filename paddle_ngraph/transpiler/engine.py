@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..ir import Function
+from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.roles import FETCH_PREFIX
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE, DType
 from ..backends.base import check_input, write_back
@@ -332,9 +333,9 @@ class Engine:
     def describe(self) -> str:
         """This engine for a message about ranks running different programs."""
         nodes = self.function.ordered_nodes()
-        reductions = sum(1 for node in nodes if node.op_type == "AllReduce")
-        return (f"engine {self.id} at its step {self.steps} ({len(nodes)} ops, {reductions} AllReduce, fetching "
-                f"{', '.join(self.fetch_names) or 'nothing'})")
+        collectives = sum(1 for node in nodes if node.op_type in COLLECTIVE_OPS)
+        return (f"engine {self.id} at its step {self.steps} ({len(nodes)} ops, {collectives} collective(s), "
+                f"fetching {', '.join(self.fetch_names) or 'nothing'})")
 
     def _agree_on_inputs(self, problem: str | None):
         """All ranks learn whether any rank's feeds are bad, before any collective of the step, and

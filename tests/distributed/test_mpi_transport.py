@@ -79,3 +79,27 @@ def test_launcher_detection():
     assert (info.launcher, info.rank, info.size) == ("mpirun", 2, 4)
     info = detect_launcher({"PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ID": "1", "PADDLE_MASTER": "127.0.0.1:1234"})
     assert (info.launcher, info.rank, info.size, info.master) == ("paddle", 1, 2, "127.0.0.1:1234")
+
+
+@pytest.mark.parametrize("program, status", [
+    ("sys.exit(3)", 3),
+    ("sys.exit('a message')", 1),
+    ("sys.exit(0)", 0),
+    ("sys.exit()", 0),
+    ("def f():\n    try:\n        sys.exit(3)\n    except SystemExit:\n        pass\nf()", 0),  # caught: the end is clean
+    ("import threading\nt = threading.Thread(target=sys.exit, args=(3,))\nt.start()\nt.join()", 0),  # ends a thread
+])
+def test_the_status_sys_exit_ends_the_interpreter_with_is_noted(program, status):
+    """What the MPI transport's exit handler sees (mpi._Exit): the status of the SystemExit that ends
+    the interpreter, none of one caught inside the program. One process, no MPI."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys\n"
+              "from paddle_ngraph.distributed import mpi\n"
+              "sys.exit = mpi._exit\n"
+              "atexit.register(lambda: print('noted', mpi._ABORT_ON_UNCAUGHT['status']))\n" + program + "\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(HERE))})
+    assert f"noted {status}" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == status, proc.stderr
