@@ -369,9 +369,9 @@ GRACE_S = 1.0
 
 class _Exit(SystemExit):
     """What ``sys.exit`` raises once the MPI transport exists: a SystemExit that notes its status
-    when it ends the interpreter. Python exits with a SystemExit's status after the exception left
-    the main program and was dropped, so dropped with no Python frame left running it is the one
-    that ends the process; one caught and dropped inside the program has the catcher's frame below it."""
+    when it ends the interpreter. Python drops the SystemExit that left the main program with no
+    Python frame running, then exits with its status; one caught inside the program (or ending a
+    thread) is dropped with the catcher's frame running, and noted nowhere."""
 
     def __del__(self):
         try:
