@@ -22,7 +22,6 @@ import paddle
 
 from ..config import Config
 from ..config_sources import resolve_config
-from ..fleet import hapi
 from ..log_level import apply_log_level
 from .runner import LayerEngine, _view, check_options
 from .tensor_parallel import initial_broadcasts, sharded
@@ -76,7 +75,6 @@ class DataParallel(paddle.nn.Layer):
 
     def __init__(self, layer, configs: dict | None = None, **options):
         super().__init__()
-        hapi.install()  # no-op once installed with the fleet hooks
         config = Config(**resolve_config({**(configs or {}), **options}))
         check_options(config)
         check_layer(layer)

@@ -55,7 +55,7 @@ def _install_now() -> None:
 
         strategy.install(DistributedStrategy)
         meta_optimizer.install(fleet_module)
-        hapi.install()  # else at the first paddle_ngraph.DataParallel (hapi half-imported now)
+        hapi.install()  # paddle.hapi is imported with paddle.distributed.fleet (Paddle 3.3.1)
         _state["installed"] = True
     except Exception as e:  # never break `import paddle` or `import paddle_ngraph`
         warnings.warn(f"paddle_ngraph: fleet integration (strategy.ngraph) not installed: "

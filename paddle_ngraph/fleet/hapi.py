@@ -69,7 +69,8 @@ def adapter_init(self, model):
 
 def install() -> bool:
     """Replaces ``DynamicGraphAdapter.__init__``; idempotent. False when ``paddle.hapi.model`` is not
-    (completely) imported yet, for a caller to try again later."""
+    (completely) imported yet; in Paddle 3.3.1 it is whenever the fleet hooks install, in either order
+    of ``import paddle`` and ``import paddle_ngraph``."""
     module = sys.modules.get("paddle.hapi.model")
     adapter = getattr(module, "DynamicGraphAdapter", None)
     if adapter is None:
