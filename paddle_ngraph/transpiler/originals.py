@@ -33,6 +33,9 @@ from ..errors import ConfigError, ConversionError
 from . import sharded_state
 
 
+_GC_FLAG = "FLAGS_eager_delete_tensor_gb"
+
+
 @dataclass
 class Original:
     transpiled: object          # the program transpile rewrote (kept: its id is the registry key)
@@ -44,6 +47,7 @@ class Original:
     config: object = None       # the Config it was transpiled with (elastic transpiles the copy again)
     nranks: int = 1             # the ranks it was transpiled for
     feeds: list = field(default_factory=list)    # the names every exe.run must feed
+    collect_garbage: bool = True  # whether Paddle's executor frees values during a step (see paddle_held_values)
 
 
 _ORIGINALS: dict[int, Original] = {}
@@ -77,13 +81,55 @@ def complete(original: Original) -> None:
         live = _live_pir_values(original.transpiled)
         original.erased = set(original.values) - live
         original.feeds = _pir_feeds(original.transpiled)
+        held = _pir_paddle_held_values(original.transpiled)
     else:
         written = {n for op in original.transpiled.global_block().ops for n in op.output_arg_names}
         before = {n for op in original.copy.global_block().ops for n in op.output_arg_names}
         block = original.transpiled.global_block()
         original.erased = {n for n in before - written if not (block.has_var(n) and block.var(n).persistable)}
         original.feeds = _legacy_feeds(original.transpiled)
+        held = _legacy_paddle_held_values(original.transpiled)
+    original.collect_garbage = held is None or held > MAX_VALUES_WITHOUT_GARBAGE_COLLECTION
     _ORIGINALS[id(original.transpiled)] = original
+
+
+# Paddle's executor frees each value a step makes once its last reader ran (its garbage
+# collector, when FLAGS_eager_delete_tensor_gb >= 0, as by default). On CPU each value freed wakes the
+# collector's thread; on 2 vCPUs that costs tens of microseconds per value, more than the kernels of a
+# small engine segment: about 0.1 ms of a 0.5 ms step of the word2vec model of tools/bench_small.py.
+# A transpiled program whose Paddle ops make few values (the engines keep theirs in their own memory)
+# runs without it: those few values stay allocated between steps, as a Paddle program without
+# garbage collection keeps all of its values. Programs with control flow keep it (their sub-blocks'
+# values are made per iteration).
+MAX_VALUES_WITHOUT_GARBAGE_COLLECTION = 16
+_NO_VALUES = {"pd_op.data", "builtin.parameter", "builtin.combine", "builtin.split", "builtin.slice",
+              "pd_op.fetch", "builtin.shadow_output", "builtin.set_parameter"}
+
+
+def _pir_paddle_held_values(program) -> int | None:
+    """How many values the program's ops make that Paddle's executor would free during a step (not
+    persistable; feeds and parameters aside); None if it has control flow."""
+    count = 0
+    for op in program.global_block().ops:
+        if op.num_regions():
+            return None
+        if op.name() in _NO_VALUES:
+            continue
+        for value in op.results():
+            try:
+                count += value.initialized() and not value.persistable
+            except (RuntimeError, ValueError):  # a value of a type without the property
+                count += 1
+    return count
+
+
+def _legacy_paddle_held_values(program) -> int | None:
+    """The same for a legacy program: its non-persistable variables written by an op."""
+    if program.num_blocks > 1:
+        return None
+    block = program.global_block()
+    written = {n for op in block.ops if op.type not in ("feed", "fetch") for n in op.output_arg_names}
+    return sum(1 for n in written if not (block.has_var(n) and block.var(n).persistable))
 
 
 def _legacy_feeds(program) -> list[str]:
@@ -290,6 +336,7 @@ def install_hooks() -> None:
         return _HOOKS["clone"](self, for_test=for_test)
 
     compiled_program = paddle.static.CompiledProgram
+    flags = paddle.base.core.globals()  # read and set in place: paddle.set_flags costs 5 us a call
 
     @functools.wraps(_HOOKS["run"])
     def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):
@@ -303,6 +350,15 @@ def install_hooks() -> None:
                 check_feeds(original, inner, feed)
             if inner is not program:
                 check_build_strategy(original, program._build_strategy)
+            if not original.collect_garbage:
+                # Read when Paddle builds the program's interpreter (at its first run, and for each new
+                # feed and fetch list): this program's, and any made during this call, run without it.
+                previous = flags[_GC_FLAG]
+                flags[_GC_FLAG] = -1.0
+                try:
+                    return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
+                finally:
+                    flags[_GC_FLAG] = previous
         elif _ORIGINALS and inner is not None and sharded_state.LIVE:
             check_reads_of_freed_state(inner)
         return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)

@@ -213,3 +213,61 @@ def test_fetched_values_reading_a_parameter_are_those_before_the_update(ir, back
         for what, a, b in zip(("loss", "logits", "mean of the weight"), r, g):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"step {step}: {what}")
     assert not np.allclose(ref[0][2], ref[1][2])  # the weight changes between steps: the check can fail
+
+
+
+@pytest.mark.parametrize("collect", [False, True], ids=["few-paddle-values", "more-than-the-limit"])
+def test_a_program_whose_paddle_ops_make_few_values_runs_without_paddles_garbage_collection(collect, monkeypatch):
+    """Paddle's executor frees a value after its last reader when FLAGS_eager_delete_tensor_gb >= 0,
+    which it reads when it builds a program's interpreter. A transpiled program whose Paddle ops make
+    at most MAX_VALUES_WITHOUT_GARBAGE_COLLECTION values runs with it at -1 (a py_func, which Paddle
+    runs inside exe.run, reads it), and the flag is Paddle's again after exe.run. Above the limit,
+    nothing changes."""
+    from paddle_ngraph.transpiler import originals
+
+    flag = "FLAGS_eager_delete_tensor_gb"
+    if collect:
+        monkeypatch.setattr(originals, "MAX_VALUES_WITHOUT_GARBAGE_COLLECTION", 0)
+    seen = []
+
+    def record(value):
+        seen.append(paddle.get_flags(flag)[flag])
+        return np.array(value)
+
+    with ir_guard("legacy"):
+        main, startup, x, y, logits, loss, _, _ = build()
+        with paddle.static.program_guard(main, startup):
+            copy = main.global_block().create_var(name="recorded", dtype="float32", shape=[-1, 3])
+            paddle.static.py_func(record, logits, copy)
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            paddle_ngraph.transpile(main)
+            assert originals.original_of(main).collect_garbage is collect
+            xb, yb = data()
+            exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss, "recorded"])
+        paddle_ngraph.release(main)
+    assert seen == [0.0 if collect else -1.0]
+    assert paddle.get_flags(flag)[flag] == 0.0
+
+def test_a_program_with_control_flow_keeps_paddles_garbage_collection():
+    """Sub-blocks make their values per iteration: such a program keeps Paddle's default."""
+    from paddle_ngraph.transpiler import originals
+
+    with ir_guard("pir"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [None, 4], "float32")
+            h = paddle.nn.Linear(4, 4)(x)
+            out = paddle.static.nn.cond(paddle.mean(h) > 0, lambda: h * 2, lambda: h - 1)
+            loss = paddle.mean(out)
+            paddle.optimizer.SGD(0.1).minimize(loss)
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            paddle_ngraph.transpile(main)
+            assert originals.original_of(main).collect_garbage is True
+            exe.run(main, feed={"x": np.ones((2, 4), "float32")}, fetch_list=[loss])
+        paddle_ngraph.release(main)
