@@ -1,13 +1,17 @@
 """One rank of dygraph data-parallel training on the engine (tests/distributed/test_dygraph_dp.py).
 
     python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch|routed|[eager_]sparse_embedding
-                             [--no-sync] [--checkpoint]
+                             [--no-sync] [--checkpoint] [--then OUT_DIR ...]
 
 Every rank draws the same global batches and trains on its contiguous shard; rank r seeds its
 model with r, so equal results also show that rank 0's parameters were broadcast. Rank 0 then
 trains the same Layer in one plain-Paddle process on the whole batches (reference). Each rank
 writes OUT_DIR/rank<r>.npz (its parameters, losses; rank 0 also the reference's) and
-OUT_DIR/rank<r>.json (what the engines report).
+OUT_DIR/rank<r>.json (what the engines report: those this run made).
+
+Several runs in one job: argument lists joined by ``--then`` (run_sequence.py), each with its own
+OUT_DIR, trained one after the other in the same processes; before each, every rank prints
+``RUN_MARKER`` and the run's OUT_DIR on stderr, so that a test can tell each run's messages apart.
 """
 import argparse
 import json
@@ -24,6 +28,7 @@ from paddle import nn  # noqa: E402
 import paddle_ngraph  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 12, 6
+RUN_MARKER = "=== dygraph_worker run:"
 
 
 class MLP(nn.Layer):
@@ -136,7 +141,7 @@ def params_of(layer):
     return {k: v.numpy() for k, v in layer.state_dict().items()}
 
 
-def main():
+def main(argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--api", default="dp")
@@ -144,7 +149,8 @@ def main():
     parser.add_argument("--layer", default="mlp")
     parser.add_argument("--no-sync", action="store_true")
     parser.add_argument("--checkpoint", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    before = {e.id for e in paddle_ngraph.engines()}  # earlier runs' engines, in a job of several
 
     if args.api == "fleet":
         from paddle.distributed import fleet
@@ -173,7 +179,8 @@ def main():
     result = {f"param:{k}": v for k, v in params_of(layer).items()}
     result["losses"] = np.array(losses)
     report = {"engines": [{"type": type(e).__name__, "steps": e.steps, "updates": e.updates,
-                           "eager_steps": getattr(e, "eager_steps", 0)} for e in paddle_ngraph.engines()]}
+                           "eager_steps": getattr(e, "eager_steps", 0)} for e in paddle_ngraph.engines()
+                           if e.id not in before]}
     if checkpoint is not None:
         # Resume from the checkpoint in a fresh Layer and optimizer: the same parameters at the end.
         paddle.seed(100 + rank)
@@ -199,4 +206,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from run_sequence import split_runs
+
+    for run in split_runs(sys.argv[1:]):
+        print(f"{RUN_MARKER} {run[0]}", file=sys.stderr, flush=True)
+        main(run)
+    sys.exit(0)

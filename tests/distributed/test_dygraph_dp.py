@@ -40,9 +40,44 @@ def run_mpi(tmp_path, nranks, *args):
     return proc
 
 
-def test_two_ranks_sgd_no_sync_checkpoint(tmp_path):
-    run_mpi(tmp_path, 2, "--opt", "sgd", "--no-sync", "--checkpoint")
-    reports = check(tmp_path, 2, resumed=True)
+# The cases of 2 ranks under mpirun through paddle_ngraph.DataParallel: one job trains them one after
+# the other (the worker's --then), each with its own Layer, optimizer and output directory, so that
+# the job pays Paddle's import and mpirun's start-up once instead of once per case.
+SHARED = {
+    "sgd_no_sync_checkpoint": ("--opt", "sgd", "--no-sync", "--checkpoint"),
+    "numpy": ("--layer", "numpy", "--opt", "momentum"),
+    "branch": ("--layer", "branch", "--opt", "momentum"),
+    "routed": ("--layer", "routed", "--opt", "momentum"),
+    "sparse_sgd": ("--opt", "sgd", "--layer", "sparse_embedding"),
+    "sparse_momentum": ("--opt", "momentum", "--layer", "sparse_embedding"),
+    "eager_sparse": ("--opt", "sgd", "--layer", "eager_sparse_embedding"),
+}
+
+
+@pytest.fixture(scope="module")
+def shared_job(tmp_path_factory):
+    """{case: (its output directory, each rank's stderr of that case alone)} of SHARED's job."""
+    from dygraph_worker import RUN_MARKER
+
+    dirs = {case: str(tmp_path_factory.mktemp(case)) for case in SHARED}
+    argv = []
+    for case, args in SHARED.items():
+        argv += [*(["--then"] if argv else []), dirs[case], *args]
+    proc = run_ranks(WORKER, 2, *argv, timeout=300)
+    stderr = {case: [] for case in SHARED}
+    for text in proc.rank_stderr:
+        parts = {}
+        for part in text.split(RUN_MARKER)[1:]:
+            out_dir, _, rest = part.partition("\n")
+            parts[out_dir.strip()] = rest
+        for case in SHARED:
+            stderr[case].append(parts[dirs[case]])
+    return {case: (dirs[case], "".join(stderr[case])) for case in SHARED}
+
+
+def test_two_ranks_sgd_no_sync_checkpoint(shared_job):
+    out_dir, _ = shared_job["sgd_no_sync_checkpoint"]
+    reports = check(out_dir, 2, resumed=True)
     engine = reports[0]["engines"][0]
     # 6 steps of 2 micro-batches: 12 forward calls on the engine, 6 gradient synchronizations.
     assert engine["steps"] == 12 and engine["updates"] == 6 and engine["eager_steps"] == 0
@@ -65,17 +100,17 @@ def test_fleet_paddle_launch(tmp_path):
 
 
 @pytest.mark.parametrize("layer", ["numpy", "branch"])
-def test_uncapturable_layer_runs_eagerly_with_one_message(tmp_path, layer):
-    proc = run_mpi(tmp_path, 2, "--layer", layer, "--opt", "momentum")
-    engine = check(tmp_path, 2)[0]["engines"][0]
+def test_uncapturable_layer_runs_eagerly_with_one_message(shared_job, layer):
+    out_dir, stderr = shared_job[layer]
+    engine = check(out_dir, 2)[0]["engines"][0]
     assert engine["steps"] == 0 and engine["eager_steps"] == 6 and engine["updates"] == 6
-    said = [line for line in proc.stderr.splitlines() if "runs eagerly" in line]
+    said = [line for line in stderr.splitlines() if "runs eagerly" in line]
     assert len(said) == 2, said  # one per rank
     reason = ".numpy()" if layer == "numpy" else "control flow on tensor values"
     assert all(reason in line and "Layer " in line for line in said), said
 
 
-def test_eager_layer_whose_ranks_reach_different_parameters(tmp_path):
+def test_eager_layer_whose_ranks_reach_different_parameters(shared_job):
     # Some steps give one rank's shard rows for fc_pos and the other's none, and one parameter is
     # never used: the gradients are still averaged after every backward (zeros where a rank has
     # none), equal to one process on the whole batch, the unused parameter left without gradient.
@@ -84,24 +119,24 @@ def test_eager_layer_whose_ranks_reach_different_parameters(tmp_path):
     x = np.stack([x for (x, _), in dygraph_worker.batches(1)])[:, :, 0] > 1.0  # steps x rows
     half = dygraph_worker.GLOBAL_BATCH // 2
     assert any(a.any() != b.any() for a, b in zip(x[:, :half], x[:, half:]))  # the case this covers
-    run_mpi(tmp_path, 2, "--layer", "routed", "--opt", "momentum")
-    engine = check(tmp_path, 2)[0]["engines"][0]
+    out_dir, _ = shared_job["routed"]
+    engine = check(out_dir, 2)[0]["engines"][0]
     assert engine["steps"] == 0 and engine["eager_steps"] == 6 and engine["updates"] == 6
 
 
 @pytest.mark.parametrize("opt", ["sgd", "momentum"])
-def test_sparse_embedding_trains_as_one_process(tmp_path, opt):
+def test_sparse_embedding_trains_as_one_process(shared_job, opt):
     """Embedding(sparse=True): plain Paddle's table gradient is selected rows, the captured backward's
     is dense; on 2 ranks (momentum: with a global-norm clip and weight decay) the whole Layer still
     runs on the engine and trains as one process does."""
-    run_mpi(tmp_path, 2, "--opt", opt, "--layer", "sparse_embedding")
-    engine = check(tmp_path, 2)[0]["engines"][0]
+    out_dir, _ = shared_job[f"sparse_{opt}"]
+    engine = check(out_dir, 2)[0]["engines"][0]
     assert engine["steps"] == 6 and engine["updates"] == 6 and engine["eager_steps"] == 0
 
 
-def test_eager_sparse_embedding_trains_as_one_process(tmp_path):
+def test_eager_sparse_embedding_trains_as_one_process(shared_job):
     """Run eagerly, Embedding(sparse=True) has Paddle's selected-rows gradient, other rows on each
     rank: averaged dense and handed back as selected rows of every row, SGD trains as one process."""
-    run_mpi(tmp_path, 2, "--opt", "sgd", "--layer", "eager_sparse_embedding")
-    engine = check(tmp_path, 2)[0]["engines"][0]
+    out_dir, _ = shared_job["eager_sparse"]
+    engine = check(out_dir, 2)[0]["engines"][0]
     assert engine["eager_steps"] == 6 and engine["updates"] == 6
