@@ -308,44 +308,69 @@ def test_a_kill_while_writing_a_commit_leaves_the_one_before_loadable(reference,
     _assert_bitwise(last, run.results[1]["persistables"], "the survivors' last commit")
 
 
-def launched_to_commit(root, variant):
-    with _ir(variant):
-        state, exe, loss = _setup(variant, root, seed=_world())
-        return _train(state, exe, loss, variant, COMMITTED, save_at=COMMITTED)["groups"]
+def launched_to_commit(roots: dict):
+    """Every launched variant, one after the other, to the commit after step COMMITTED, saved."""
+    results = {}
+    for variant, root in roots.items():
+        with _ir(variant):
+            state, exe, loss = _setup(variant, root, seed=_world())
+            results[variant] = _train(state, exe, loss, variant, COMMITTED, save_at=COMMITTED)["groups"]
+    return results
 
 
-def launched_resumed(root, variant):
-    """As a rank the launcher restarted: no load of its own, elastic.run resumes from ``root``."""
-    with _ir(variant):
-        state, exe, loss = _setup(variant, root, seed=300 + _world())
-        return _train(state, exe, loss, variant, STEPS)
+def launched_resumed(roots: dict):
+    """As a rank the launcher restarted: no load of its own, elastic.run resumes each variant from
+    its directory in ``roots``."""
+    results = {}
+    for variant, root in roots.items():
+        with _ir(variant):
+            state, exe, loss = _setup(variant, root, seed=300 + _world())
+            results[variant] = _train(state, exe, loss, variant, STEPS)
+    return results
 
 
-def launched_loaded(root, variant):
-    with _ir(variant):
-        state, exe, loss = _setup(variant, None, seed=400 + _world())
-        assert state.load(root) == COMMIT_NUMBER
-        return _train(state, exe, loss, variant, STEPS)
+def launched_loaded(roots: dict):
+    results = {}
+    for variant, root in roots.items():
+        with _ir(variant):
+            state, exe, loss = _setup(variant, None, seed=400 + _world())
+            assert state.load(root) == COMMIT_NUMBER
+            results[variant] = _train(state, exe, loss, variant, STEPS)
+    return results
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Two ranks under the launcher to the commit after step COMMITTED (saved); two ranks started
+    again on that directory (resumed by elastic.run); two ranks that load a copy themselves. Each job
+    runs every launched variant one after the other (its own directories, State and elastic.run):
+    3 jobs instead of 3 per variant."""
+    import shutil
+
+    first = {v: str(tmp_path_factory.mktemp(f"first_{v}")) for v in LAUNCHED_VARIANTS}
+    again = {v: str(tmp_path_factory.mktemp(f"again_{v}")) for v in LAUNCHED_VARIANTS}
+    run_ranks(launched_to_commit, 2, first, launcher="launch", timeout=TIMEOUT)
+    for variant in LAUNCHED_VARIANTS:
+        shutil.rmtree(again[variant])
+        shutil.copytree(first[variant], again[variant])
+    resumed = run_ranks(launched_resumed, 2, first, launcher="launch", timeout=TIMEOUT)
+    loaded = run_ranks(launched_loaded, 2, again, launcher="launch", timeout=TIMEOUT)
+    return first, resumed, loaded
 
 
 @pytest.mark.parametrize("variant", sorted(LAUNCHED_VARIANTS))
-def test_static_under_paddles_launcher_resumes_from_the_commit_on_disk(variant, tmp_path):
+def test_static_under_paddles_launcher_resumes_from_the_commit_on_disk(launched, variant):
     """Two ranks under the launcher to the commit after step COMMITTED (saved); two ranks started
     again on that directory resume from it (ZeRO-1's optimizer state sliced again, the accumulation
     cycle where the commit left it), bitwise as two ranks that load it themselves."""
-    import shutil
-
-    first, again = str(tmp_path / "first"), str(tmp_path / "again")
-    run_ranks(launched_to_commit, 2, first, variant, launcher="launch", timeout=TIMEOUT)
-    shutil.copytree(first, again)
-    resumed = run_ranks(launched_resumed, 2, first, variant, launcher="launch", timeout=TIMEOUT)
-    loaded = run_ranks(launched_loaded, 2, again, variant, launcher="launch", timeout=TIMEOUT)
+    roots, resumed, loaded = launched
+    first = roots[variant]
     config = LAUNCHED_VARIANTS[variant]["config"]
     engine = (config.get("zero_stage", 0) == 1, config.get("accumulate_steps", 1))
     for world in range(2):
-        result = resumed.results[world]
+        result, want = resumed.results[world][variant], loaded.results[world][variant]
         assert f"rank {world} of 2: resumed from commit {COMMIT_NUMBER} in {first}" in resumed.rank_stderr[world], \
             resumed.report("no resume message")
-        assert result["groups"] == loaded.results[world]["groups"] == [(2, COMMITTED)], resumed.report("groups")
+        assert result["groups"] == want["groups"] == [(2, COMMITTED)], resumed.report("groups")
         assert result["step"] == STEPS and result["engines"] == [engine]
-        _assert_bitwise(result["persistables"], loaded.results[world]["persistables"], f"{variant}: rank {world}")
+        _assert_bitwise(result["persistables"], want["persistables"], f"{variant}: rank {world}")
