@@ -78,7 +78,10 @@ def test_one_rank_switching_it_off_sends_every_rank_to_mpi():
     assert none_went_over_shared_memory(proc.stdout, 2), proc.stdout[-3000:]
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
+# 3 ranks only: each waiting rank checks every peer's process in the same loop whatever their
+# number (node_allreduce.cc, wait_until); of 3, rank 0 and rank 2 wait, one before and one after the
+# killed rank, and the first to notice aborts the other's wait: all that 2 ranks exercise, and more.
+@pytest.mark.parametrize("nranks", [3])
 def test_a_rank_killed_before_an_allreduce_is_named_by_the_others(nranks):
     proc = run_ranks(WORKER, nranks, "--kill", timeout=60, check=False)
     assert proc.returncode != 0
