@@ -57,7 +57,9 @@ def mp_worker(mp: int, backend: str, parallel_loss: bool = False, hybrid: bool =
     import paddle_ngraph  # noqa: F401  # strategy.ngraph
     import paddle
     import paddle.distributed.fleet as fleet
+    from paddle_ngraph.transpiler.engine import engines
 
+    before = {e.id for e in engines()}  # an earlier configuration's, in a job of several (mp_worker_configs)
     paddle.enable_static()
     strategy = fleet.DistributedStrategy()
     strategy.ngraph = True
@@ -104,12 +106,19 @@ def mp_worker(mp: int, backend: str, parallel_loss: bool = False, hybrid: bool =
         scope = paddle.static.global_scope()
         params = {n: np.array(scope.find_var(n).get_tensor()) for n in PARAMS}
     from paddle_ngraph.ir.ops.collective import COLLECTIVE_OPS
-    from paddle_ngraph.transpiler.engine import engines
 
-    collectives = [(n.op_type, n.attrs["group"], n.attrs["bucket"]) for e in engines()
+    mine = [e for e in engines() if e.id not in before]
+    collectives = [(n.op_type, n.attrs["group"], n.attrs["bucket"]) for e in mine
                    for n in e.function.ordered_nodes() if n.op_type in COLLECTIVE_OPS]
     return {"rank": rank, "losses": losses, "params": params, "op_types": op_types, "collectives": collectives,
-            "transport": engines()[0].transport.name}
+            "transport": mine[0].transport.name}
+
+
+def mp_worker_configs(mp: int, configs: list):
+    """mp_worker for each (backend, parallel_loss) of ``configs``, one after the other in one job
+    (fleet.init again for each, its own program; the parameters' values assigned again by each
+    startup): the job pays Paddle's import and mpirun's start-up once."""
+    return {config: mp_worker(mp, *config) for config in configs}
 
 
 def dense_run(replicas: int):
@@ -167,14 +176,24 @@ PADDLE_MP_OPS = {"c_identity", "c_concat", "c_split", "mp_allreduce_sum", "all_r
                  "c_embedding_grad", "c_softmax_with_cross_entropy", "c_softmax_with_cross_entropy_grad"}
 
 
+TWO_RANK_CONFIGS = [(backend, parallel_loss) for backend in ("INTERPRETER", "CPU") for parallel_loss in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """Every configuration of 2 ranks, trained in one job: {(backend, parallel_loss): each rank's result}."""
+    run = run_ranks(mp_worker_configs, 2, 2, TWO_RANK_CONFIGS)
+    return {config: [result[config] for result in run.results] for config in TWO_RANK_CONFIGS}
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("backend", ["INTERPRETER", "CPU"])
 @pytest.mark.parametrize("parallel_loss", [False, True], ids=["gathered_loss", "parallel_loss"])
-def test_split_layers_on_two_ranks_match_the_dense_model(backend, parallel_loss):
+def test_split_layers_on_two_ranks_match_the_dense_model(two_ranks, backend, parallel_loss):
     """mp_degree = 2 = ranks: no data-parallel AllReduce at all."""
-    run = run_ranks(mp_worker, 2, 2, backend, parallel_loss)
-    check_against_dense(run.results, 2, 2)
-    for result in run.results:  # what Paddle's split emits, replaced by the engine
+    results = two_ranks[backend, parallel_loss]
+    check_against_dense(results, 2, 2)
+    for result in results:  # what Paddle's split emits, replaced by the engine
         assert any(t.startswith("ngraph_engine") for t in result["op_types"])
         assert not PADDLE_MP_OPS & set(result["op_types"])
         # Only the model's own collectives, over the model-parallel group (every rank: "()"); no
