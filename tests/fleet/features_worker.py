@@ -3,6 +3,10 @@
 argv: --feature NAME (a key of FEATURES below), --ir pir|legacy, --out DIR. Trains STEPS exe.run
 calls on this rank's shard of every global batch (features_data.py), then saves its parameters,
 and the batch-norm statistics, to DIR/rank<r>.npz.
+
+Several runs in one job (one start of the ranks for them all): their argument lists separated by
+``--then``, each with its own ``--out``; they run one after the other, each with fleet.init of its
+own strategy, its own program and scope.
 """
 import argparse
 import json
@@ -25,7 +29,19 @@ def main():
     p.add_argument("--feature", required=True, choices=sorted(fd.FEATURES))
     p.add_argument("--ir", default="pir", choices=["pir", "legacy"])
     p.add_argument("--out", required=True)
-    args = p.parse_args()
+    runs, current = [], []
+    for arg in sys.argv[1:] + ["--then"]:
+        if arg == "--then":
+            runs.append(p.parse_args(current))
+            current = []
+        else:
+            current.append(arg)
+    for args in runs:
+        with paddle.static.scope_guard(paddle.static.Scope()):  # no run reads another's variables
+            train(args)
+
+
+def train(args):
     spec = fd.FEATURES[args.feature]
     paddle.enable_static()
     strategy = fleet.DistributedStrategy()

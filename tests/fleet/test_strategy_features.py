@@ -69,14 +69,20 @@ def _scope_state(scope, program):
         return fd.state(program)
 
 
-def train_on_ranks(name, ir, tmp_path, launcher="mpirun"):
-    args = ["--feature", name, "--ir", ir, "--out", tmp_path]
-    run_ranks(WORKER, fd.NRANKS, *args, env=ENV, timeout=240, launcher="launch" if launcher == "launch" else "mpirun")
-    return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(fd.NRANKS)]
+def train_on_ranks(cases, root, launcher="mpirun"):
+    """{(name, ir): each rank's state} of ``cases``, trained one after the other in one job (the
+    worker's --then): the job pays Paddle's import and the launcher's start-up once for them all."""
+    argv, dirs = [], {}
+    for name, ir in cases:
+        dirs[name, ir] = root / f"{name}-{ir}"
+        dirs[name, ir].mkdir()
+        argv += [*(["--then"] if argv else []), "--feature", name, "--ir", ir, "--out", dirs[name, ir]]
+    run_ranks(WORKER, fd.NRANKS, *argv, env=ENV, timeout=120 + 60 * len(cases),
+              launcher="launch" if launcher == "launch" else "mpirun")
+    return {case: [dict(np.load(out / f"rank{r}.npz")) for r in range(fd.NRANKS)] for case, out in dirs.items()}
 
 
-def check(name, ir, tmp_path, launcher="mpirun", rtol=1e-5, atol=1e-6):
-    ranks = train_on_ranks(name, ir, tmp_path, launcher)
+def check(name, ir, ranks, rtol=1e-5, atol=1e-6):
     ref = reference(name, ir)
     assert sorted(ranks[0]) == sorted(ref) and ref, (sorted(ranks[0]), sorted(ref))
     for key in ref:
@@ -85,26 +91,41 @@ def check(name, ir, tmp_path, launcher="mpirun", rtol=1e-5, atol=1e-6):
     return ranks, ref
 
 
-@pytest.mark.distributed
-@pytest.mark.parametrize("name,ir", [("gradient_merge", "pir"), ("gradient_merge_sum", "legacy"),
-                                     ("sharding", "pir"), ("sync_batch_norm", "pir"),
-                                     ("sync_batch_norm", "legacy"), ("lars", "legacy"), ("lars", "pir"),
-                                     ("lamb", "pir")])
-def test_feature_under_mpirun_equals_paddle_alone_on_the_concatenated_batch(name, ir, tmp_path):
-    check(name, ir, tmp_path)
+MPIRUN_CASES = [("gradient_merge", "pir"), ("gradient_merge_sum", "legacy"), ("sharding", "pir"),
+                ("sync_batch_norm", "pir"), ("sync_batch_norm", "legacy"), ("lars", "legacy"), ("lars", "pir"),
+                ("lamb", "pir")]
+FP16_CASE = ("fp16_allreduce", "pir")
+LAUNCH_CASES = [("gradient_merge", "pir"), ("sharding", "pir")]
+
+
+@pytest.fixture(scope="module")
+def under_mpirun(tmp_path_factory):
+    """Every case of mpirun (fp16_allreduce's too) trained in one job."""
+    return train_on_ranks(MPIRUN_CASES + [FP16_CASE], tmp_path_factory.mktemp("mpirun"))
+
+
+@pytest.fixture(scope="module")
+def under_launch(tmp_path_factory):
+    return train_on_ranks(LAUNCH_CASES, tmp_path_factory.mktemp("launch"), launcher="launch")
 
 
 @pytest.mark.distributed
-def test_fp16_allreduce_keeps_ranks_bitwise_identical_and_close(tmp_path):
+@pytest.mark.parametrize("name,ir", MPIRUN_CASES)
+def test_feature_under_mpirun_equals_paddle_alone_on_the_concatenated_batch(under_mpirun, name, ir):
+    check(name, ir, under_mpirun[name, ir])
+
+
+@pytest.mark.distributed
+def test_fp16_allreduce_keeps_ranks_bitwise_identical_and_close(under_mpirun):
     # 16-bit gradients on the wire: equal on every rank, near the float32 reference.
-    check("fp16_allreduce", "pir", tmp_path, rtol=2e-3, atol=2e-4)
+    check(*FP16_CASE, under_mpirun[FP16_CASE], rtol=2e-3, atol=2e-4)
 
 
 @pytest.mark.distributed
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built")
-@pytest.mark.parametrize("name", ["gradient_merge", "sharding"])
-def test_feature_under_paddle_launch(name, tmp_path):
-    check(name, "pir", tmp_path, launcher="launch")
+@pytest.mark.parametrize("name", [name for name, _ in LAUNCH_CASES])
+def test_feature_under_paddle_launch(under_launch, name):
+    check(name, "pir", under_launch[name, "pir"])
 
 
 def strategy_with(**attrs):
