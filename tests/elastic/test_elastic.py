@@ -184,18 +184,48 @@ def rejoin_job(checkpoint_dir, discovery_script):
     return {"params": _params(state), "groups": groups, "step": state.step}
 
 
+def _fresh_names(function, *args):
+    """``function(*args)`` with Paddle's name counters as a new process has them: the optimizer's
+    moments (named when first made) then have the names a commit's optimizer file holds."""
+    import paddle
+
+    with paddle.utils.unique_name.guard():
+        return function(*args)
+
+
+def references_on_two_from_commit(checkpoint_dir, save_dir):
+    """The two references that start two ranks from the commit in ``checkpoint_dir``, one after the
+    other in one job (each its own State and elastic.run): plain (saving the commit after REJOINED
+    steps in ``save_dir``), and with the learning rate scaled by 2/3 by hand."""
+    return {"plain": _fresh_names(reference_from_commit, checkpoint_dir, save_dir),
+            "scaled": _fresh_names(reference_scaled_from_commit, checkpoint_dir)}
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """Three ranks to the commit after step COMMITTED; two ranks from it to the end, saving the
-    commit after step REJOINED; three ranks from that one to the end."""
+    commit after step REJOINED (and in the same job, two ranks from it with the rate scaled by
+    hand); three ranks from the commit after REJOINED to the end; one rank from the first commit."""
+    from types import SimpleNamespace
+
     root = str(tmp_path_factory.mktemp("reference"))
     rejoined = str(tmp_path_factory.mktemp("rejoined"))
     first = run_ranks(reference_to_commit, 3, root, launcher_args=ULFM, timeout=TIMEOUT)
-    second = run_ranks(reference_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
+    on_two = run_ranks(references_on_two_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
+    second = SimpleNamespace(results=[r["plain"] for r in on_two.results])
+    scaled = SimpleNamespace(results=[r["scaled"] for r in on_two.results])
     third = run_ranks(reference_from_commit, 3, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
     alone = run_ranks(reference_from_commit, 1, root, launcher_args=ULFM, timeout=TIMEOUT)
-    scaled = run_ranks(reference_scaled_from_commit, 2, root, launcher_args=ULFM, timeout=TIMEOUT)
     return first, second, root, third, alone, scaled
+
+
+@pytest.fixture(scope="module")
+def launched_to_commit(tmp_path_factory):
+    """Three ranks under paddle.distributed.launch (no etcd) to the commit after step COMMITTED,
+    saved: read by both tests of the launcher without a restart (what elastic.run says and trains
+    there, and the commit a restart on fewer ranks resumes from)."""
+    root = str(tmp_path_factory.mktemp("launched"))
+    return run_ranks(reference_to_commit, 3, root, launcher="launch", timeout=TIMEOUT), root
 
 
 def _assert_bitwise(got: dict, want: dict, what: str):
@@ -299,14 +329,14 @@ def test_a_second_loss_during_the_recovery_shrinks_again(reference, tmp_path):
     assert reference[4].results[0]["groups"] == [(1, COMMITTED)]
 
 
-def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(reference, tmp_path):
+def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(reference, launched_to_commit):
     """Paddle's launcher stops every rank when one dies: no group can survive there. The same
     script still trains (over oneCCL), from rank 0's commit, and rank 0 says what is lost and
     where a restart would resume."""
-    run = run_ranks(reference_to_commit, 3, str(tmp_path), launcher="launch", timeout=TIMEOUT)
+    run, root = launched_to_commit
     assert "elastic.run under paddle.distributed.launch: a lost rank ends the group" in run.rank_stderr[0], \
         run.report("no warning")
-    assert f"resumes every rank from the newest commit saved in {tmp_path}" in run.rank_stderr[0]
+    assert f"resumes every rank from the newest commit saved in {root}" in run.rank_stderr[0]
     want = reference[0].results[0]["params"]
     for world in range(3):
         got = run.results[world]["params"]
@@ -550,20 +580,30 @@ def launched_scaled_reference(checkpoint_dir):
     return {"params": _params(state), "groups": groups, "step": state.step, "lr": state.optimizer.get_lr()}
 
 
-def test_under_paddles_launcher_a_restart_on_fewer_ranks_applies_on_resize(tmp_path):
+def launched_scaled_job_and_reference(resumed_dir, reference_dir):
+    """launched_scaled_job, then its reference, one after the other in one job: elastic.run under
+    the launcher resumes each State from its own directory (the reference's has none: it loads its
+    copy by hand), so the first leaves nothing the second reads."""
+    return {"resumed": _fresh_names(launched_scaled_job, resumed_dir),
+            "reference": _fresh_names(launched_scaled_reference, reference_dir)}
+
+
+def test_under_paddles_launcher_a_restart_on_fewer_ranks_applies_on_resize(launched_to_commit, tmp_path):
     """A restart may come up with fewer ranks (an etcd master with --nnodes MIN:MAX and a node
     gone): the resumed commit says it was taken on three, and on_resize='scale_lr' scales the rate
     for two, bitwise as a job given that rate by hand."""
     import shutil
+    from types import SimpleNamespace
 
-    saved, resumed, reference_dir = (str(tmp_path / name) for name in ("saved", "resumed", "reference"))
-    run_ranks(reference_to_commit, 3, saved, launcher="launch", timeout=TIMEOUT)
+    _, saved = launched_to_commit
+    resumed, reference_dir = (str(tmp_path / name) for name in ("resumed", "reference"))
     shutil.copytree(saved, resumed)
     shutil.copytree(saved, reference_dir)
-    run = run_ranks(launched_scaled_job, 2, resumed, launcher="launch", timeout=TIMEOUT)
-    reference = run_ranks(launched_scaled_reference, 2, reference_dir, launcher="launch", timeout=TIMEOUT)
+    # The job's stderr holds the resumed run's messages (the reference's prints no resize).
+    run = run_ranks(launched_scaled_job_and_reference, 2, resumed, reference_dir, launcher="launch", timeout=TIMEOUT)
+    reference = SimpleNamespace(results=[r["reference"] for r in run.results])
     for world in range(2):
-        result = run.results[world]
+        result = run.results[world]["resumed"]
         assert result["groups"] == [(2, COMMITTED)] and result["step"] == STEPS, run.report("groups")
         assert "on_resize='scale_lr': 3 -> 2 ranks" in run.rank_stderr[world], run.report("no resize message")
         assert result["lr"] == reference.results[world]["lr"] == 0.05 * (2 / 3)
