@@ -40,9 +40,10 @@ def run_mpi(tmp_path, nranks, *args):
     return proc
 
 
-# The cases of 2 ranks under mpirun through paddle_ngraph.DataParallel: one job trains them one after
-# the other (the worker's --then), each with its own Layer, optimizer and output directory, so that
-# the job pays Paddle's import and mpirun's start-up once instead of once per case.
+# The cases of 2 ranks under mpirun: one job trains them one after the other (the worker's --then),
+# each with its own Layer, optimizer and output directory, so that the job pays Paddle's import and
+# mpirun's start-up once instead of once per case. Fleet's last, so that the cases through
+# paddle_ngraph.DataParallel run, as a script without fleet does, where fleet.init was never called.
 SHARED = {
     "sgd_no_sync_checkpoint": ("--opt", "sgd", "--no-sync", "--checkpoint"),
     "numpy": ("--layer", "numpy", "--opt", "momentum"),
@@ -51,6 +52,7 @@ SHARED = {
     "sparse_sgd": ("--opt", "sgd", "--layer", "sparse_embedding"),
     "sparse_momentum": ("--opt", "momentum", "--layer", "sparse_embedding"),
     "eager_sparse": ("--opt", "sgd", "--layer", "eager_sparse_embedding"),
+    "fleet_momentum": ("--api", "fleet", "--opt", "momentum"),
 }
 
 
@@ -88,9 +90,9 @@ def test_three_ranks_momentum_clip(tmp_path):
     check(tmp_path, 3)
 
 
-def test_fleet_mpirun_momentum_clip(tmp_path):
-    run_mpi(tmp_path, 2, "--api", "fleet", "--opt", "momentum")
-    engine = check(tmp_path, 2)[0]["engines"][0]
+def test_fleet_mpirun_momentum_clip(shared_job):
+    out_dir, _ = shared_job["fleet_momentum"]
+    engine = check(out_dir, 2)[0]["engines"][0]
     assert engine["steps"] == 6 and engine["updates"] == 6
 
 
