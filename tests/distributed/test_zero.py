@@ -225,13 +225,29 @@ def save_with_paddle_after_zero1_steps(out, ir):
     return report
 
 
+def save_with_paddle_after_zero1_steps_in_both_irs(out):
+    """save_with_paddle_after_zero1_steps in each IR, one after the other in one job (each its own
+    program, scope and directory, its engines released): {ir: report}."""
+    reports = {}
+    for ir in ("legacy", "pir"):
+        os.makedirs(os.path.join(out, ir), exist_ok=True)
+        reports[ir] = save_with_paddle_after_zero1_steps(os.path.join(out, ir), ir)
+    return reports
+
+
+@pytest.fixture(scope="module")
+def saved_with_paddle(tmp_path_factory):
+    """Each rank's {ir: report} of save_with_paddle_after_zero1_steps, both IRs in one 2-rank job."""
+    return run_ranks(save_with_paddle_after_zero1_steps_in_both_irs, 2, tmp_path_factory.mktemp("paddle_save")).results
+
+
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
-def test_paddle_save_of_state_zero1_freed_refused_naming_it(tmp_path, ir):
+def test_paddle_save_of_state_zero1_freed_refused_naming_it(saved_with_paddle, ir):
     """Between checkpoints only the slices hold the optimizer state; Paddle's own save program
     reading the freed variable failed in Paddle ("Tensor holds no memory", untyped, from the save
     op), and paddle.static.save wrote it as an empty array: both are refused with a ConfigError
     naming the variable and paddle_ngraph.save_checkpoint."""
-    for report in run_ranks(save_with_paddle_after_zero1_steps, 2, tmp_path, ir).results:
+    for report in (per_ir[ir] for per_ir in saved_with_paddle):
         for when in ("before", "static_save", "after_checkpoint") if ir == "legacy" else ("static_save",):
             assert report[when] is not None and "_velocity_0" in report[when], report
             assert "zero_stage 1" in report[when] and "save_checkpoint" in report[when], report
