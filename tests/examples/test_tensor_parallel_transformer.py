@@ -33,9 +33,14 @@ def losses(output: str) -> list[float]:
     return [v for _, v in printed]
 
 
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """The output of the run under mpirun, which both tests read."""
+    return under_mpirun(tmp_path_factory.mktemp("mpirun"), SCRIPT, "--steps", STEPS, "--log-every", 1)
+
+
 @pytest.mark.distributed
-def test_two_shards_train_as_the_dense_model_with_half_the_state_each(tmp_path):
-    sharded = under_mpirun(tmp_path, SCRIPT, "--steps", STEPS, "--log-every", 1)
+def test_two_shards_train_as_the_dense_model_with_half_the_state_each(sharded, tmp_path):
     dense = subprocess.run([sys.executable, SCRIPT, "--dense", "--steps", str(STEPS), "--log-every", "1"],
                            capture_output=True, text=True, timeout=120, env=example_env(), cwd=tmp_path)
     assert dense.returncode == 0, dense.stderr[-5000:]
@@ -56,9 +61,9 @@ def test_two_shards_train_as_the_dense_model_with_half_the_state_each(tmp_path):
 
 @pytest.mark.distributed
 @pytest.mark.skipif(not ccl_available(), reason="the ccl transport is not built (oneCCL not installed)")
-def test_under_paddle_launch_as_under_mpirun(tmp_path):
+def test_under_paddle_launch_as_under_mpirun(sharded, tmp_path):
     launched = under_launch(tmp_path, SCRIPT, "--steps", STEPS, "--log-every", 1)
-    mpi = under_mpirun(tmp_path, SCRIPT, "--steps", STEPS, "--log-every", 1)
+    mpi = sharded
     np.testing.assert_allclose(losses(launched), losses(mpi), rtol=1e-5)
     assert sorted(STATE.findall(launched)) == sorted(STATE.findall(mpi)), launched[-5000:]
 
