@@ -6,10 +6,11 @@ the model in float64: in float32, batch norm over the few values per channel of 
 batch at the 1x1 last stages turns rounding differences of 1e-7 into loss differences of 1e-3
 after an update or two (float64 agrees to 1e-13 on the same runs). Batches are of 8 images
 (vision.batch_size): batch norm over 2 values outputs exactly +-1 and its gradients explode (VGG,
-without batch norm, trains on 2). DenseNet's BatchNorm keeps float32 statistics whatever the default dtype, so Paddle cannot run it in float64: in float32 we
-check what rounding leaves determined: the first loss (1e-4), and the first update (parameter
-deltas, tensor-level 5e-2: measured 0.6% to 1.8% between runs on single tensors, rounding through
-121 layers of batch norm; a wrong gradient is off by its own size).
+without batch norm, trains on 2). DenseNet's BatchNorm keeps float32 statistics whatever the
+default dtype, so Paddle cannot run it in float64: in float32 we check what rounding leaves
+determined: the first loss (1e-4), and the first update (parameter deltas, tensor-level 5e-2:
+measured 0.6% to 1.8% between runs on single tensors, rounding through 121 layers of batch norm;
+a wrong gradient is off by its own size).
 
 One model per family runs here, on the CPU backend in PIR, with fallback off (every op must
 convert); a few in legacy and on the INTERPRETER. ``python tools/coverage.py --train`` trains every
