@@ -26,9 +26,10 @@ CASES = [
 ]
 
 
-def train_on_this_rank(cases):
+def train_on_this_rank(cases, also=()):
     """On every rank: each case (ir, middle, optimizer, backend) on its share of every batch, on the
-    engine with the ops it lacks left to Paddle; {case: (losses, parameters)}."""
+    engine with the ops it lacks left to Paddle; {case: (losses, parameters)}; then each of ``also``
+    (a key of ALSO: the module's other runs of 2 ranks under mpirun, in the same job), by that key."""
     import paddle
 
     paddle.enable_static()
@@ -42,15 +43,19 @@ def train_on_this_rank(cases):
             _, losses, params = fm.train(middle, optimizer, xs, ys, transpile={"backend": backend}, seed=1 + rank,
                                          rank=rank, nranks=size)
         trained[ir, middle, optimizer, backend] = losses, params
+    for name in also:
+        trained[name] = ALSO[name]("CPU")
     return trained
 
 
 @pytest.fixture(scope="module")
 def trained_by_rank():
-    """{nranks: per rank {case: (losses, parameters)}}: the cases of each world size in one job."""
+    """{nranks: per rank {case: (losses, parameters)}}: the cases of each world size in one job, the
+    2-rank one also running ALSO's (each its own program, scope and names)."""
     fm.custom_op_module()  # built once here, so that the ranks only load it
     sizes = sorted({case[-1] for case in CASES})
-    return {n: run_ranks(train_on_this_rank, n, [case[:-1] for case in CASES if case[-1] == n]).results
+    return {n: run_ranks(train_on_this_rank, n, [case[:-1] for case in CASES if case[-1] == n],
+                         tuple(ALSO) if n == 2 else ()).results
             for n in sizes}
 
 
@@ -82,11 +87,14 @@ def _lod_on_this_rank(backend):
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_lod_sequences_on_ranks_equal_one_process(launcher):
+def test_lod_sequences_on_ranks_equal_one_process(launcher, request):
     """A LoD program (the ops making LoD tensors left to Paddle, sequence_pool too) on 2 ranks, each
     on half of the sequences of every batch (another total length on each rank), trains as one
     process on all of them: the gradients Paddle's ops make are averaged before the engine's SGD."""
-    results = run_ranks(_lod_on_this_rank, 2, "CPU", launcher=launcher).results
+    if launcher == "mpirun":  # run by the 2-rank job of trained_by_rank
+        results = [rank["lod"] for rank in request.getfixturevalue("trained_by_rank")[2]]
+    else:
+        results = run_ranks(_lod_on_this_rank, 2, "CPU", launcher=launcher).results
     with ir_guard("legacy"):
         _, ref_losses, ref_params = fm.lod_train(STEPS)
     np.testing.assert_allclose(np.mean([r[0] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-7)
@@ -121,11 +129,15 @@ def _transpiled_before_startup(backend):
     return losses, params
 
 
-def test_parameters_only_paddle_reads_broadcast_when_transpiled_before_startup():
+# The module's runs of 2 ranks under mpirun besides CASES, which train_on_this_rank runs in their job.
+ALSO = {"lod": _lod_on_this_rank, "before_startup": _transpiled_before_startup}
+
+
+def test_parameters_only_paddle_reads_broadcast_when_transpiled_before_startup(trained_by_rank):
     """A parameter only a Paddle op reads (``offset``), the program transpiled before the startup
     program runs (fleet's order): the first engine copies rank 0's value to every rank before that
     op reads it, and the ranks train as one process."""
-    results = run_ranks(_transpiled_before_startup, 2, "CPU").results
+    results = [rank["before_startup"] for rank in trained_by_rank[2]]
     xs, ys = fm.data(STEPS, BATCH)
     with ir_guard("legacy"):
         _, ref_losses, ref_params = fm.train("param_logcumsumexp", "sgd", xs, ys)
