@@ -106,6 +106,27 @@ _NO_VALUES = {"pd_op.data", "builtin.parameter", "builtin.combine", "builtin.spl
               "pd_op.fetch", "builtin.shadow_output", "builtin.set_parameter"}
 
 
+def without_garbage_collection(run, *args, **kwargs):
+    """``run(*args, **kwargs)`` (an ``Executor.run``) with Paddle's garbage collection off. Paddle reads
+    the flag when it builds a program's interpreter (at its first run, and for each new feed and
+    fetch list): that program's, and any built during this call, run without it."""
+    flags = _paddle_flags()
+    previous = flags[_GC_FLAG]
+    flags[_GC_FLAG] = -1.0
+    try:
+        return run(*args, **kwargs)
+    finally:
+        flags[_GC_FLAG] = previous
+
+
+@functools.lru_cache(maxsize=None)
+def _paddle_flags():
+    """Paddle's flags, read and set in place (``paddle.set_flags`` costs 5 us a call)."""
+    import paddle
+
+    return paddle.base.core.globals()
+
+
 def _pir_paddle_held_values(program) -> int | None:
     """How many values the program's ops make that Paddle's executor would free during a step (not
     persistable; feeds and parameters aside); None if it has control flow."""
@@ -336,7 +357,6 @@ def install_hooks() -> None:
         return _HOOKS["clone"](self, for_test=for_test)
 
     compiled_program = paddle.static.CompiledProgram
-    flags = paddle.base.core.globals()  # read and set in place: paddle.set_flags costs 5 us a call
 
     @functools.wraps(_HOOKS["run"])
     def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):
@@ -351,14 +371,7 @@ def install_hooks() -> None:
             if inner is not program:
                 check_build_strategy(original, program._build_strategy)
             if not original.collect_garbage:
-                # Read when Paddle builds the program's interpreter (at its first run, and for each new
-                # feed and fetch list): this program's, and any made during this call, run without it.
-                previous = flags[_GC_FLAG]
-                flags[_GC_FLAG] = -1.0
-                try:
-                    return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
-                finally:
-                    flags[_GC_FLAG] = previous
+                return without_garbage_collection(_HOOKS["run"], self, program, feed, fetch_list, *args, **kwargs)
         elif _ORIGINALS and inner is not None and sharded_state.LIVE:
             check_reads_of_freed_state(inner)
         return _HOOKS["run"](self, program, feed, fetch_list, *args, **kwargs)
