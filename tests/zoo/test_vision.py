@@ -6,7 +6,7 @@ the model in float64: in float32, batch norm over the few values per channel of 
 batch at the 1x1 last stages turns rounding differences of 1e-7 into loss differences of 1e-3
 after an update or two (float64 agrees to 1e-13 on the same runs). Batches are of 8 images
 (vision.batch_size): batch norm over 2 values outputs exactly +-1 and its gradients explode (VGG,
-without batch norm, trains on 2). DenseNet's BatchNorm keeps float32 statistics whatever the
+without batch norm, trains on 2, in float32 with the float64 tolerances). DenseNet's BatchNorm keeps float32 statistics whatever the
 default dtype, so Paddle cannot run it in float64: in float32 we check what rounding leaves
 determined: the first loss (1e-4), and the first update (parameter deltas, tensor-level 5e-2:
 measured 0.6% to 1.8% between runs on single tensors, rounding through 121 layers of batch norm;
@@ -35,6 +35,10 @@ FLOAT32 = {"densenet121"}  # see the module docstring
 # trains on 2 as AlexNet and GoogLeNet do (vision.BATCH), a quarter of its convolutions' and its
 # 25088x4096 classifier's matrix work; every op and the float64 comparison stay the same.
 SMALL_BATCH = {"vgg11": 2}
+# Float64 is for the batch norm of the others (module docstring); VGG-11 has none, and in float32 it
+# agrees with Paddle as the float64 check asks (measured: losses 9e-8, parameters 9e-6 apart after 3
+# steps) at a third of the time (5 s against 15 s here: 120M parameters, most in the classifier).
+DTYPE = {"vgg11": "float32"}
 # Outside the fast lane (make test-fast; pyproject.toml's marker "slow"), in make test: over 3.5 s here.
 SLOW = {("pir", "CPU"): {"alexnet", "densenet121", "googlenet", "inception_v3", "mobilenet_v1", "mobilenet_v2",
                          "resnet18", "resnext50_32x4d", "shufflenet_v2_swish", "vgg11"},
@@ -98,7 +102,7 @@ def check(name, ir, backend):
         assert_close_tensors({p: params[p] - start[p] for p in params},
                              {p: ref_params[p] - start[p] for p in params}, 5e-2, 1e-6, " (update)")
         return
-    (ref_losses, losses), (ref_params, params), _ = train(name, ir, backend, "float64", batch, STEPS)
+    (ref_losses, losses), (ref_params, params), _ = train(name, ir, backend, DTYPE.get(name, "float64"), batch, STEPS)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-4)
     assert sorted(params) == sorted(ref_params) and len(params) >= 4
     assert_close_tensors(params, ref_params, 1e-4, 1e-12)
