@@ -216,6 +216,22 @@ def test_fetched_values_reading_a_parameter_are_those_before_the_update(ir, back
 
 
 
+def _collects_garbage(main, startup, feed, fetch_list) -> bool:
+    """Transpiles ``main`` in a scope of its own and runs one step: whether the transpiled program
+    keeps Paddle's garbage collection."""
+    from paddle_ngraph.transpiler import originals
+
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        paddle_ngraph.transpile(main)
+        collects = originals.original_of(main).collect_garbage
+        exe.run(main, feed=feed, fetch_list=fetch_list)
+    paddle_ngraph.release(main)
+    return collects
+
+
 @pytest.mark.parametrize("collect", [False, True], ids=["few-paddle-values", "more-than-the-limit"])
 def test_a_program_whose_paddle_ops_make_few_values_runs_without_paddles_garbage_collection(collect, monkeypatch):
     """Paddle's executor frees a value after its last reader when FLAGS_eager_delete_tensor_gb >= 0,
@@ -239,22 +255,14 @@ def test_a_program_whose_paddle_ops_make_few_values_runs_without_paddles_garbage
         with paddle.static.program_guard(main, startup):
             copy = main.global_block().create_var(name="recorded", dtype="float32", shape=[-1, 3])
             paddle.static.py_func(record, logits, copy)
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            exe.run(startup)
-            paddle_ngraph.transpile(main)
-            assert originals.original_of(main).collect_garbage is collect
-            xb, yb = data()
-            exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss, "recorded"])
-        paddle_ngraph.release(main)
+        xb, yb = data()
+        assert _collects_garbage(main, startup, {"x": xb, "y": yb}, [loss, "recorded"]) is collect
     assert seen == [0.0 if collect else -1.0]
     assert paddle.get_flags(flag)[flag] == 0.0
 
+
 def test_a_program_with_control_flow_keeps_paddles_garbage_collection():
     """Sub-blocks make their values per iteration: such a program keeps Paddle's default."""
-    from paddle_ngraph.transpiler import originals
-
     with ir_guard("pir"):
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
@@ -263,11 +271,4 @@ def test_a_program_with_control_flow_keeps_paddles_garbage_collection():
             out = paddle.static.nn.cond(paddle.mean(h) > 0, lambda: h * 2, lambda: h - 1)
             loss = paddle.mean(out)
             paddle.optimizer.SGD(0.1).minimize(loss)
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            exe.run(startup)
-            paddle_ngraph.transpile(main)
-            assert originals.original_of(main).collect_garbage is True
-            exe.run(main, feed={"x": np.ones((2, 4), "float32")}, fetch_list=[loss])
-        paddle_ngraph.release(main)
+        assert _collects_garbage(main, startup, {"x": np.ones((2, 4), "float32")}, [loss]) is True
