@@ -18,10 +18,13 @@ Cases (float32, SGD, random data):
   static_lenet       LeNet-5 on 1x28x28 at batch 8
   static_word2vec    4 context words through one Embedding(1000, 32), concatenated, Linear(128, 64),
                      ReLU, Linear(64, 1000) over the vocabulary, batch 8
-  static_*_2seg      the same with one op left to Paddle in the middle: the per-sample loss weight
-                     |w| (``abs``, its converter hidden) is computed between the first layer and the
-                     rest, so the program runs as two engine segments around a Paddle op; the report
-                     also gives its cost against the one-segment program on the engine ("fully native")
+  static_*_2seg      the same with one op left to Paddle in the middle of the path: |h| (``abs``, its
+                     converter hidden while transpiling) of the first layer's ReLU output, which changes
+                     nothing but cuts the program into two engine segments around a Paddle op; the report
+                     also gives its cost against the same program all on the engine ("fully native")
+  static_*_side      an op left to Paddle off the path instead: the per-sample loss weight |w| of a feed,
+                     computed between the first layer and the rest, which the plan runs before one
+                     segment (transpiler/segments.py); against the same program all on the engine too
   transpile_mpirun   wall time of paddle_ngraph.transpile of static_mlp, the transport made apart
                      (MPI_Init, oneCCL's set-up), on 2 ranks under mpirun and paddle.distributed.launch
                      against one process; each field the slowest rank's
@@ -41,9 +44,9 @@ ROOT = os.path.dirname(HERE)
 
 DYGRAPH_CASES = ["dygraph_mlp", "dygraph_embedding"]
 STATIC_MODELS = ["mlp", "lenet", "word2vec"]
-STATIC_CASES = [f"static_{m}{s}" for m in STATIC_MODELS for s in ("", "_2seg")]
+STATIC_CASES = [f"static_{m}{s}" for m in STATIC_MODELS for s in ("", "_2seg", "_side")]
 CASES = DYGRAPH_CASES + STATIC_CASES + ["transpile_mpirun"]
-# The op left to Paddle in the _2seg cases (its converter is hidden while they are transpiled).
+# The op left to Paddle in the _2seg and _side cases (its converter is hidden while they are transpiled).
 PADDLE_OP = "pd_op.abs"
 BATCH = {"mlp": 4, "lenet": 8, "word2vec": 8}
 VOCAB = 1000
@@ -51,9 +54,10 @@ WARMUP = 20  # steps before each timed run: the first round's also build and spe
 
 
 # --- the models ----------------------------------------------------------------------------------------
-def static_program(model: str, paddle_op_in_middle: bool):
-    """(main, startup, loss, feed) of ``model``; the loss is weighted per sample by |w|, computed
-    after the first layer (where ``paddle_op_in_middle`` leaves it to Paddle)."""
+def static_program(model: str, side: bool = False):
+    """(main, startup, loss, feed) of ``model``. The loss is weighted per sample: by |w| of a feed
+    ``w`` computed after the first layer (``side``), else by ``w`` with |h| of the first layer's
+    ReLU output on the path (equal to h)."""
     import numpy as np
     import paddle
     import paddle.nn.functional as F
@@ -66,17 +70,22 @@ def static_program(model: str, paddle_op_in_middle: bool):
         w = paddle.static.data("w", [-1, 1], "float32")
         feed = {"y": rng.integers(0, 10 if model != "word2vec" else VOCAB, (batch, 1)).astype("int64"),
                 "w": rng.standard_normal((batch, 1)).astype("float32")}
+
+        def middle(h):
+            """The op between the first layer and the rest: |w| beside the path, or |h| on it."""
+            if side:
+                return h, paddle.abs(w)
+            return paddle.abs(h), w
+
         if model == "mlp":
             x = paddle.static.data("x", [-1, 784], "float32")
             feed["x"] = rng.standard_normal((batch, 784)).astype("float32")
-            h = F.relu(paddle.nn.Linear(784, 600)(x))
-            weight = paddle.abs(w)
+            h, weight = middle(F.relu(paddle.nn.Linear(784, 600)(x)))
             logits = paddle.nn.Linear(600, 10)(h)
         elif model == "lenet":
             x = paddle.static.data("x", [-1, 1, 28, 28], "float32")
             feed["x"] = rng.standard_normal((batch, 1, 28, 28)).astype("float32")
-            h = F.max_pool2d(F.relu(paddle.nn.Conv2D(1, 6, 5, padding=2)(x)), 2, 2)
-            weight = paddle.abs(w)
+            h, weight = middle(F.max_pool2d(F.relu(paddle.nn.Conv2D(1, 6, 5, padding=2)(x)), 2, 2))
             h = F.max_pool2d(F.relu(paddle.nn.Conv2D(6, 16, 5)(h)), 2, 2)
             h = paddle.reshape(h, [-1, 400])
             h = F.relu(paddle.nn.Linear(400, 120)(h))
@@ -86,17 +95,17 @@ def static_program(model: str, paddle_op_in_middle: bool):
             words = paddle.static.data("words", [-1, 4], "int64")
             feed["words"] = rng.integers(0, VOCAB, (batch, 4)).astype("int64")
             h = paddle.reshape(paddle.nn.Embedding(VOCAB, 32)(words), [-1, 128])
-            weight = paddle.abs(w)
-            h = F.relu(paddle.nn.Linear(128, 64)(h))
+            h, weight = middle(F.relu(paddle.nn.Linear(128, 64)(h)))
             logits = paddle.nn.Linear(64, VOCAB)(h)
         loss = paddle.mean(F.cross_entropy(logits, y, reduction="none") * weight)
         paddle.optimizer.SGD(0.01).minimize(loss)
     return main, startup, loss, feed
 
 
-def static_systems(model: str, with_paddle_op: bool) -> dict:
-    """name -> step function: the engine (one segment, and two around the Paddle op for _2seg) and
-    Paddle's executor, each on its own copy of the program and its own scope."""
+def static_systems(model: str, with_paddle_op: bool, side: bool = False) -> dict:
+    """name -> step function: the engine (the whole program; with ``with_paddle_op`` also
+    "engine_2seg", the program with abs left to Paddle) and Paddle's executor, each on its own copy
+    of the program and its own scope."""
     import paddle
 
     import paddle_ngraph
@@ -109,7 +118,7 @@ def static_systems(model: str, with_paddle_op: bool) -> dict:
         variants["engine_2seg"] = True
     systems = {}
     for name, hide in variants.items():
-        main, startup, loss, feed = static_program(model, hide is True)
+        main, startup, loss, feed = static_program(model, side)
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
             exe.run(startup)
@@ -215,9 +224,9 @@ def run_case(case: str, rounds: int, steps: int, warmup: int) -> dict:
         systems = dygraph_systems(case)
         pairs = [("paddle", "engine")]
     else:
-        model = case[len("static_"):].replace("_2seg", "")
-        two = case.endswith("_2seg")
-        systems = static_systems(model, two)
+        model = case[len("static_"):].replace("_2seg", "").replace("_side", "")
+        two = case.endswith(("_2seg", "_side"))
+        systems = static_systems(model, two, side=case.endswith("_side"))
         pairs = [("paddle", "engine_2seg"), ("engine_2seg", "engine")] if two else [("paddle", "engine")]
     times = interleave(systems, rounds, steps, warmup)
     return summarize(times, pairs)
@@ -233,7 +242,7 @@ def transpile_worker() -> dict:
     from paddle_ngraph.distributed import resolve_transport
     imported = time.perf_counter()
     paddle.enable_static()
-    main, startup, loss, feed = static_program("mlp", False)
+    main, startup, loss, feed = static_program("mlp")
     exe = paddle.static.Executor(paddle.CPUPlace())
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope):
@@ -291,14 +300,14 @@ def _spread(values, scale=1.0, digits=2) -> str:
 
 
 def report_lines(report: dict) -> list[str]:
-    lines = ["| case | batch | engine ms/step | Paddle ms/step | Paddle / engine | engine 2 segments / 1 |",
+    lines = ["| case | batch | engine ms/step | Paddle ms/step | Paddle / engine | with the Paddle op / all on the engine |",
              "| --- | --- | --- | --- | --- | --- |"]
     for case, result in report["cases"].items():
         if case == "transpile_mpirun":
             continue
         ms, ratios = result["ms"], result["ratios"]
         engine = "engine_2seg" if "engine_2seg" in ms else "engine"
-        model = case.replace("static_", "").replace("_2seg", "")
+        model = case.replace("static_", "").replace("_2seg", "").replace("_side", "")
         batch = BATCH.get(model, 4 if case == "dygraph_mlp" else 8)
         border = _spread(ratios["engine_2seg/engine"]) if "engine_2seg/engine" in ratios else ""
         lines.append(f"| `{case}` | {batch} | {_spread(ms[engine], digits=3)} | {_spread(ms['paddle'], digits=3)} | "

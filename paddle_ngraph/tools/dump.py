@@ -588,7 +588,7 @@ def segment_lines(label: str, plan) -> list[str]:
 
     lines = [f"{PROG} segments: {label}: {len(plan.segments)} engine segment(s), {len(plan.fallback)} op(s) "
              f"left to Paddle"]
-    events = [(seg.first.index, "segment", seg) for seg in plan.segments]
+    events = [(seg.place_at.index, "segment", seg) for seg in plan.segments]
     events += [(op.index, "paddle", op) for op in plan.fallback]
     for _, kind, item in sorted(events, key=lambda e: (e[0], e[1] == "segment")):
         if kind == "paddle":

@@ -68,7 +68,7 @@ def rewrite_legacy(view, plan: Plan, engines: list):
                 outputs[f"Out{slot}"] = [unused]
         order = ([token] if token is not None else []) + list(seg.after)
         inputs = [block.var(n) for n in engine.input_names] + [block.var(n) for n in order]
-        placements.append((seg.first.native, dict(type=op_type, inputs={"X@VECTOR": inputs},
+        placements.append((seg.place_at.native, dict(type=op_type, inputs={"X@VECTOR": inputs},
                                                   outputs=outputs, attrs={"engine_id": engine.id})))
         token = token_name
     for anchor_op, spec in reversed(placements):
@@ -141,7 +141,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
         order = ([token] if token is not None else []) + [value(n) for n in seg.after]
         inputs = [value(n) for n in engine.input_names] + order
         with paddle.static.program_guard(program):
-            paddle.pir.set_insertion_point(seg.first.native)
+            paddle.pir.set_insertion_point(seg.place_at.native)
             op_type, token_slot = engine_op.op_for(len(seg.outputs))
             outs = _C_ops._run_custom_op(op_type, inputs, engine.id)
             paddle.pir.reset_insertion_point_to_end()
@@ -167,7 +167,7 @@ def rewrite_pir(view, plan: Plan, engines: list):
                 # the engine's copy (which orders them after it) until a Paddle op writes the variable in
                 # place; that op and the ones after read the variable itself, which Paddle's executor
                 # orders after the engine (a write after its read) and after that op (a read after write).
-                start, end = position[seg.first.native.id()], written_from.get((seg.index, name), len(ops))
+                start, end = position[seg.place_at.native.id()], written_from.get((seg.index, name), len(ops))
                 accept = (lambda user, start=start, end=end: user.id() not in removed_ids  # noqa: E731
                           and user.id() not in own and start < position.get(user.id(), -1) < end)
             else:
@@ -220,7 +220,7 @@ def _paddle_writes_of_engine_state(view, plan: Plan, removed_ids: set, position:
     for seg in plan.segments:
         if seg.before_op is not None:
             continue
-        start = position[seg.first.native.id()]
+        start = position[seg.place_at.native.id()]
         for name in seg.outputs:
             info = view.vars.get(name)
             if info is None or not info.persistable or name in seg.snapshots:

@@ -69,9 +69,17 @@ class Segment:
     snapshots: dict = field(default_factory=dict)          # output name -> the state it copies, as read
     before_op: object = None                               # collective-only segment: the Paddle update it serves
 
+    # The op before which the rewrite inserts the segment's operator (None: ``first``): later than
+    # ``first`` when ops left to Paddle that the plan runs before the segment stand among its ops.
+    place: object = None
+
     @property
     def first(self):
         return self.ops[0] if self.ops else self.before_op
+
+    @property
+    def place_at(self):
+        return self.place if self.place is not None else self.first
 
 
 @dataclass
@@ -213,12 +221,22 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     refused = refused or {}
     block0 = _Block(view)
     reasons = fallback_reasons(view, block0.ops, refused)
-    fallback = [op for op in block0.ops if id(op) in reasons]
-    fallback_ids = {id(op) for op in fallback}
+    fallback_ids = {id(op) for op in block0.ops if id(op) in reasons}
     anchors = _anchors(view, block0.ops, extra_fetch, fallback_ids)
     kept_ids = _kept(block0, fallback_ids | {id(op) for op in anchors})
+    segments = None
+    order = _merged_order(block0.ops, fallback_ids, kept_ids)
+    if order is not None:
+        merged = _Block(view, order)
+        segments = _runs(merged.ops, fallback_ids)
+        if _place(merged, segments, [op for op in merged.ops if id(op) in fallback_ids], kept_ids):
+            block0 = merged
+        else:
+            segments = None
+    if segments is None:
+        segments = _runs(block0.ops, fallback_ids)
+    fallback = [op for op in block0.ops if id(op) in fallback_ids]
     kept = [op for op in block0.ops if id(op) in kept_ids]
-    segments = _runs(block0.ops, fallback_ids)
     segment_of = {id(op): s for s in segments for op in s.ops}
     _wire_inputs(view, block0, segments, segment_of)
     _wire_outputs(block0, kept, kept_ids, segment_of)
@@ -244,11 +262,12 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
 
 
 class _Block:
-    """Block 0's ops, their positions, and which op last wrote a name before a position."""
+    """Block 0's ops in the order the plan runs them (default: program order), their positions in
+    it, and which op last wrote a name before a position."""
 
-    def __init__(self, view: ProgramView):
+    def __init__(self, view: ProgramView, order: list | None = None):
         self.view = view
-        self.ops = [op for op in view.ops if op.block == 0]
+        self.ops = order if order is not None else [op for op in view.ops if op.block == 0]
         self.position = {id(op): i for i, op in enumerate(self.ops)}
         self.writers: dict[str, list] = {}
         for op in self.ops:
@@ -313,6 +332,99 @@ def _runs(block0: list, fallback_ids: set) -> list[Segment]:
     if current:
         segments.append(Segment(len(segments), current))
     return segments
+
+
+def _merged_order(ops: list, fallback_ids: set, kept_ids: set) -> list | None:
+    """The order in which to run block 0 so that an op left to Paddle off the engine's path does not
+    cut a segment in two (as nGraph's bridges clustered the ops they converted), or None to keep
+    program order.
+
+    A run of ops left to Paddle between two engine runs moves past the run after it when that run
+    neither reads nor writes what they write, nor writes what they read (a metric computed from the
+    forward, before the backward); else before the run ahead of it on the same terms (the |w| of a
+    feed, read at the end of the forward), when that run holds no op Paddle keeps reading a value
+    (a forward sink would then read the segment's output before it ran). The two engine runs then make
+    one segment. Control flow, optimizer updates and ops without outputs stay where they are: Paddle
+    runs those by program order, and gradients are averaged for the updates where they stand. The
+    ops left to Paddle keep their order among themselves, the engine's among themselves."""
+    runs: list[list] = []      # [is_engine_run, ops], alternating once adjacent items are joined
+    pending: list = []         # skipped ops (list packing, declarations): they go with the next op
+    for op in ops:
+        if op.type in SKIPPED_OPS:
+            pending.append(op)
+            continue
+        engine = id(op) not in fallback_ids
+        if runs and runs[-1][0] == engine:
+            runs[-1][1].extend(pending + [op])
+        else:
+            runs.append([engine, pending + [op]])
+        pending = []
+    if pending:
+        if not runs:
+            return None
+        runs[-1][1].extend(pending)
+    if sum(1 for engine, _ in runs if engine) < 2:
+        return None
+
+    def names(group, outputs):
+        return {n for op in group if op.type not in SKIPPED_OPS
+                for n in (op.output_names() if outputs else op.input_names())}
+
+    def movable(group):
+        return all(op.type in SKIPPED_OPS or (not op.control_flow and not _is_update(op) and not op.nested_updates
+                                               and op.output_names()) for op in group)
+
+    def independent(first, second):
+        """Whether ``first`` and ``second`` may run in either order (no value passes between them)."""
+        return not (names(first, True) & (names(second, False) | names(second, True))
+                    or names(first, False) & names(second, True))
+
+    moved = False
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(runs) - 2):
+            (a_engine, a), (g_engine, group), (b_engine, b) = runs[i:i + 3]
+            if not a_engine or g_engine or not b_engine or not movable(group):
+                continue
+            if independent(group, b):
+                merged = [[True, a + b], [False, group]]
+            elif independent(a, group) and not any(id(op) in kept_ids and op.input_names() for op in a):
+                merged = [[False, group], [True, a + b]]
+            else:
+                continue
+            runs[i:i + 3] = merged
+            joined: list[list] = []
+            for engine, items in runs:  # the moved run now meets its neighbours of the same kind
+                if joined and joined[-1][0] == engine:
+                    joined[-1][1].extend(items)
+                else:
+                    joined.append([engine, items])
+            runs, moved, changed = joined, True, True
+            break
+    return [op for _, items in runs for op in items] if moved else None
+
+
+def _place(block0: _Block, segments: list, fallback: list, kept_ids: set) -> bool:
+    """Where each segment's operator goes in the program when the plan has moved ops left to Paddle
+    (``_merged_order``): after those the plan runs before it, before those it runs after and before
+    the ops Paddle keeps that read its values, after the segment before it. (``op.index`` is the
+    position in the program, ``block0.position`` the planned one.) Sets ``Segment.place``; False
+    if some segment has no such place (the order's rules exclude it; the plan then keeps program
+    order)."""
+    previous = -1
+    for seg in segments:
+        start = block0.position[id(seg.ops[0])]
+        before = [op.index for op in fallback if block0.position[id(op)] < start]
+        after = [op.index for op in fallback if block0.position[id(op)] > start]
+        readers = [op.index for op in seg.ops if id(op) in kept_ids and op.input_names()]
+        lowest = max(before + [previous])
+        place = next((op for op in sorted(seg.ops, key=lambda o: o.index) if op.index > lowest), None)
+        if place is None or any(i < place.index for i in after + readers):
+            return False
+        seg.place = place if place is not seg.first else None
+        previous = place.index
+    return True
 
 
 def _wire_inputs(view, block0: _Block, segments: list, segment_of: dict):

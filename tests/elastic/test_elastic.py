@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from ranks import run_ranks
+from ulfm import ULFM, lost_at_start, run_ulfm_job
 
 pytestmark = pytest.mark.distributed
 
-ULFM = ("--with-ft", "ulfm")
 # ULFM's heartbeat detector, as docs/elastic.md recommends: a rank that stops answering is lost.
 HEARTBEAT = tuple(__import__("paddle_ngraph.distributed.elastic_mpi", fromlist=["HEARTBEAT_OPTIONS"])
                   .HEARTBEAT_OPTIONS.split())
@@ -210,12 +210,12 @@ def reference(tmp_path_factory):
 
     root = str(tmp_path_factory.mktemp("reference"))
     rejoined = str(tmp_path_factory.mktemp("rejoined"))
-    first = run_ranks(reference_to_commit, 3, root, launcher_args=ULFM, timeout=TIMEOUT)
-    on_two = run_ranks(references_on_two_from_commit, 2, root, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
+    first = run_ulfm_job(reference_to_commit, 3, root, timeout=TIMEOUT)
+    on_two = run_ulfm_job(references_on_two_from_commit, 2, root, rejoined, timeout=TIMEOUT)
     second = SimpleNamespace(results=[r["plain"] for r in on_two.results])
     scaled = SimpleNamespace(results=[r["scaled"] for r in on_two.results])
-    third = run_ranks(reference_from_commit, 3, rejoined, launcher_args=ULFM, timeout=TIMEOUT)
-    alone = run_ranks(reference_from_commit, 1, root, launcher_args=ULFM, timeout=TIMEOUT)
+    third = run_ulfm_job(reference_from_commit, 3, rejoined, timeout=TIMEOUT)
+    alone = run_ulfm_job(reference_from_commit, 1, root, timeout=TIMEOUT)
     return first, second, root, third, alone, scaled
 
 
@@ -240,8 +240,8 @@ def test_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, tmp_
     """Killed: SIGKILL. Frozen: SIGSTOP, alive but silent, found by ULFM's heartbeat detector; a
     survivor on its host ends it (else mpirun would wait for it at the end)."""
     frozen = how == "frozen"
-    run = run_ranks(elastic_job, 3, str(tmp_path), 2, frozen, launcher_args=ULFM + (HEARTBEAT if frozen else ()),
-                    timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(elastic_job, 3, str(tmp_path), 2, frozen, launcher_args=ULFM + (HEARTBEAT if frozen else ()),
+                       timeout=TIMEOUT, check=False)
     survivors = [r for r in range(3) if r != KILLED_WORLD_RANK]
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     for world in survivors:
@@ -268,7 +268,7 @@ def test_below_min_ranks_every_survivor_stops_with_the_commit_on_disk(reference,
     from paddle_ngraph.checkpoint import latest_checkpoint
 
     root = str(tmp_path / "ckpt")
-    run = run_ranks(elastic_job, 3, root, 3, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(elastic_job, 3, root, 3, timeout=TIMEOUT, check=False)
     assert run.returncode != 0
     for world in (0, 2):
         end = run.ends[world]
@@ -298,8 +298,8 @@ def test_a_new_rank_joins_after_a_loss_bitwise_equal_to_restarting_on_three(refe
     script = tmp_path / "discover_hosts.sh"
     script.write_text("#!/bin/sh\n# the hosts this job may use, as Horovod's --host-discovery-script\necho localhost:3\n")
     script.chmod(0o755)
-    run = run_ranks(rejoin_job, 3, str(tmp_path / "ckpt"), str(script), launcher_args=ULFM, timeout=TIMEOUT,
-                    check=False, joining=1)
+    run = run_ulfm_job(rejoin_job, 3, str(tmp_path / "ckpt"), str(script), timeout=TIMEOUT,
+                       check=False, joining=1)
     joined = 3  # the world rank the group gives the first process it spawns
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     for world in (0, 2, joined):
@@ -317,7 +317,7 @@ def test_a_new_rank_joins_after_a_loss_bitwise_equal_to_restarting_on_three(refe
 
 
 def test_a_second_loss_during_the_recovery_shrinks_again(reference, tmp_path):
-    run = run_ranks(second_loss_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(second_loss_job, 3, str(tmp_path), timeout=TIMEOUT, check=False)
     assert run.ends[1] is None and run.ends[2] is None, run.report("a killed rank reported an end")
     assert run.ends[0] is not None and run.ends[0]["exit"] == 0, run.report("world rank 0 did not finish")
     result = run.results[0]
@@ -347,7 +347,7 @@ def test_under_paddles_launcher_it_trains_as_plain_data_parallel_and_says_why(re
 
 
 def test_on_resize_scale_lr_keeps_each_ranks_batch_and_scales_the_learning_rate(reference, tmp_path):
-    run = run_ranks(scale_lr_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(scale_lr_job, 3, str(tmp_path), timeout=TIMEOUT, check=False)
     want = reference[5].results[0]
     for world in (0, 2):
         assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
@@ -414,7 +414,7 @@ def sampler_job(checkpoint_dir):
 
 
 def test_a_sampler_keeps_the_data_position_each_sample_trained_once(tmp_path):
-    run = run_ranks(sampler_job, 3, str(tmp_path), launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(sampler_job, 3, str(tmp_path), timeout=TIMEOUT, check=False)
     per_step = 3 * 2
     for world in (0, 2):
         assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
@@ -632,3 +632,4 @@ def test_a_rank_lost_before_the_group_forms_ends_every_survivor_with_the_typed_e
         assert end is not None and end["exit"] != 0, run.report(f"world rank {world} did not stop")
         assert "LostAtStartError" in end["error"], run.report("not the typed error")
         assert "died before the elastic group was formed" in end["error"], run.report("no message")
+    assert lost_at_start(run), run.report("run_ulfm_job would not know this job for one to start again")

@@ -33,10 +33,10 @@ import numpy as np
 import pytest
 
 from ranks import run_ranks
+from ulfm import run_ulfm_job
 
 pytestmark = pytest.mark.distributed
 
-ULFM = ("--with-ft", "ulfm")
 STEPS = 8
 KILL_STEP = 5
 REJOINED = 6           # the zero1_accumulate job grows back to three at its commit after step 6
@@ -222,10 +222,10 @@ def reference(tmp_path_factory):
     variants that rejoin also three from the commit after step REJOINED. Each job runs every
     variant it concerns."""
     roots = {variant: str(tmp_path_factory.mktemp(f"reference_{variant}")) for variant in VARIANTS}
-    run_ranks(reference_to_commit, 3, roots, launcher_args=ULFM, timeout=TIMEOUT)
-    second = run_ranks(reference_from_commit, 2, roots, launcher_args=ULFM, timeout=TIMEOUT)
+    run_ulfm_job(reference_to_commit, 3, roots, timeout=TIMEOUT)
+    second = run_ulfm_job(reference_from_commit, 2, roots, timeout=TIMEOUT)
     rejoining = {v: root for v, root in roots.items() if VARIANTS[v].get("rejoin")}
-    third = run_ranks(reference_rejoined, 3, rejoining, launcher_args=ULFM, timeout=TIMEOUT)
+    third = run_ulfm_job(reference_rejoined, 3, rejoining, timeout=TIMEOUT)
     return {variant: ([r[variant] for r in second.results], roots[variant],
                       [r[variant] for r in third.results] if variant in rejoining else None)
             for variant in VARIANTS}
@@ -242,8 +242,8 @@ def _assert_bitwise(got: dict, want: dict, what: str):
 def test_static_survives_a_lost_rank_bitwise_equal_to_restarting_on_two(reference, variant, tmp_path):
     second, _, third = reference[variant]
     rejoin = VARIANTS[variant].get("rejoin", False)
-    run = run_ranks(elastic_job, 3, str(tmp_path), variant, launcher_args=ULFM, timeout=TIMEOUT, check=False,
-                    joining=1 if rejoin else 0)
+    run = run_ulfm_job(elastic_job, 3, str(tmp_path), variant, timeout=TIMEOUT, check=False,
+                       joining=1 if rejoin else 0)
     assert run.ends[KILLED_WORLD_RANK] is None, run.report("the killed rank reported an end")
     if variant == "plain":
         assert "dying while the others wait" in run.rank_stdout[KILLED_WORLD_RANK], run.report("not killed there")
@@ -289,7 +289,7 @@ def _files(path: str) -> dict:
 def test_a_kill_while_writing_a_commit_leaves_the_one_before_loadable(reference, tmp_path):
     _, reference_root, _ = reference["plain"]
     root = str(tmp_path / "ckpt")
-    run = run_ranks(commit_kill_job, 3, root, launcher_args=ULFM, timeout=TIMEOUT, check=False)
+    run = run_ulfm_job(commit_kill_job, 3, root, timeout=TIMEOUT, check=False)
     assert run.ends[0] is None, run.report("world rank 0 (the writer) reported an end")
     for world in (1, 2):
         assert run.ends[world] is not None and run.ends[world]["exit"] == 0, run.report(f"world rank {world}")
