@@ -583,7 +583,8 @@ def _render_svg(dot_text: str, path: str):
 
 def segment_lines(label: str, plan) -> list[str]:
     """The fallback plan of ``transpile`` (transpiler/segments.py), one block per segment and per
-    run of ops left to Paddle, in program order, each of those with why (the plan's reason)."""
+    run of ops left to Paddle, in the order they run (where the plan moved ops off the engine's
+    path, the op numbers show the program order), each of those with why (the plan's reason)."""
     from ..transpiler.segments import NO_CONVERTER
 
     lines = [f"{PROG} segments: {label}: {len(plan.segments)} engine segment(s), {len(plan.fallback)} op(s) "

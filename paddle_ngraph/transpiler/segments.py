@@ -4,6 +4,8 @@ As the historical Paddle nGraph bridge did, every maximal run of ops the engine
 converts becomes one ``ngraph_engine`` operator; ops it lacks (and control-flow
 ops, whose sub-blocks Paddle runs) stay Paddle ops between them, reading and
 writing the same variables. A program the engine converts whole is one segment.
+Ops left to Paddle off the engine's path run before or after the segment instead
+of cutting it in two (``_merged_order``).
 
 What crosses a segment's border:
 - **Paddle inputs**: feeds, parameters, persistable state, and values the ops left
