@@ -227,7 +227,8 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     anchors = _anchors(view, block0.ops, extra_fetch, fallback_ids)
     kept_ids = _kept(block0, fallback_ids | {id(op) for op in anchors})
     segments = None
-    order = _merged_order(block0.ops, fallback_ids, kept_ids)
+    state = {name for name, info in view.vars.items() if info.persistable}
+    order = _merged_order(block0.ops, fallback_ids, kept_ids, state)
     if order is not None:
         merged = _Block(view, order)
         segments = _runs(merged.ops, fallback_ids)
@@ -336,7 +337,7 @@ def _runs(block0: list, fallback_ids: set) -> list[Segment]:
     return segments
 
 
-def _merged_order(ops: list, fallback_ids: set, kept_ids: set) -> list | None:
+def _merged_order(ops: list, fallback_ids: set, kept_ids: set, state: set) -> list | None:
     """The order in which to run block 0 so that an op left to Paddle off the engine's path does not
     cut a segment in two (as nGraph's bridges clustered the ops they converted), or None to keep
     program order.
@@ -345,8 +346,9 @@ def _merged_order(ops: list, fallback_ids: set, kept_ids: set) -> list | None:
     neither reads nor writes what they write, nor writes what they read (a metric computed from the
     forward, before the backward); else before the run ahead of it on the same terms (the |w| of a
     feed, read at the end of the forward), when that run holds no op Paddle keeps reading a value
-    (a forward sink would then read the segment's output before it ran). The two engine runs then make
-    one segment. Control flow, optimizer updates and ops without outputs stay where they are: Paddle
+    (a forward sink would then read the segment's output before it ran) and they read no persistable
+    state (the first engine of a program gives every rank rank 0's parameters before a Paddle op
+    reads them). The two engine runs then make one segment. Control flow, optimizer updates and ops without outputs stay where they are: Paddle
     runs those by program order, and gradients are averaged for the updates where they stand. The
     ops left to Paddle keep their order among themselves, the engine's among themselves."""
     runs: list[list] = []      # [is_engine_run, ops], alternating once adjacent items are joined
@@ -391,7 +393,8 @@ def _merged_order(ops: list, fallback_ids: set, kept_ids: set) -> list | None:
                 continue
             if independent(group, b):
                 merged = [[True, a + b], [False, group]]
-            elif independent(a, group) and not any(id(op) in kept_ids and op.input_names() for op in a):
+            elif (independent(a, group) and not names(group, False) & state
+                  and not any(id(op) in kept_ids and op.input_names() for op in a)):
                 merged = [[False, group], [True, a + b]]
             else:
                 continue
