@@ -5,20 +5,31 @@ from .frontend import ConversionSession, decode, forward_sinks
 from .ir import Function
 
 
-def unsupported_ops(program, config=None, **overrides) -> list[dict]:
+def unsupported_ops(program, config=None, nranks: int | None = None, **overrides) -> list[dict]:
     """The ops ``transpile`` leaves to Paddle, by type, read from the segment plan it executes
-    (``transpiler/lowering.py`` ``plan_program``, for one rank): ``[{op_type, count, block, op_index,
+    (``transpiler/lowering.py`` ``plan_program``): ``[{op_type, count, block, op_index,
     outputs, reason, detail}]``, empty when the engine runs the whole program. ``reason`` is why:
     ``no converter``, ``refused`` (the converter, the IR or the backend refused it as it is),
     ``variable kind`` (it touches something other than a dense tensor, or makes a LoD tensor) or ``control flow`` (its
     sub-blocks run in Paddle); ``detail`` says it for the type's first op. ``config`` and keyword
-    ``overrides``: as for ``transpile`` (the backend decides some refusals)."""
+    ``overrides``: as for ``transpile`` (the backend decides some refusals).
+    ``nranks``: the ranks to plan for; default: the ranks ``transpile`` would train on here, those
+    of the launcher that started this process (one for the ``null`` transport). The plan depends on
+    it: on several ranks a legacy sparse embedding's gradient and its SGD update run on the engine
+    (``transpiler/sparse_gradients.py``), in one process they stay with Paddle. Asking communicates
+    with no other rank."""
     from .backends import backend_for
+    from .distributed.launcher import detect_launcher
     from .transpiler import options
     from .transpiler.lowering import plan_program
 
     config = options(config, overrides, "unsupported_ops")
-    plan, _ = plan_program(decode(program), config.replace("unsupported_ops", fallback=True), 1, backend_for(config))
+    launched = detect_launcher()
+    if nranks is None:
+        nranks = 1 if config.transport == "null" else launched.size
+    rank = launched.rank if nranks == launched.size else 0
+    plan, _ = plan_program(decode(program), config.replace("unsupported_ops", fallback=True), nranks,
+                           backend_for(config), rank=rank)
     return plan.left_to_paddle()
 
 
