@@ -10,7 +10,8 @@ programs: meta_optimizer.py; dygraph: dygraph.py; Paddle's own strategy features
   uses when the flag is on (``meta_optimizer.py``);
 - under ``mpirun``, ``fleet.worker_index()``/``worker_num()`` report MPI's rank and size;
 - ``paddle.Model`` (hapi) runs its network on the engine with ``strategy.ngraph``, and does not wrap
-  a ``paddle_ngraph.DataParallel`` in ``paddle.DataParallel`` again (``hapi.py``).
+  a ``paddle_ngraph.DataParallel`` in ``paddle.DataParallel`` again; in static mode on several ranks
+  its train program is minimized with ``strategy.ngraph`` and transpiled (``hapi.py``).
 
 Importing paddle_ngraph does not import Paddle: if ``paddle.distributed.fleet`` is not
 imported yet, a one-shot import hook installs the hooks right after it is. Without
