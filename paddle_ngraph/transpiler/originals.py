@@ -290,6 +290,40 @@ def check_build_strategy(original: Original, build_strategy) -> None:
             f"does not keep sync_batch_norm)")
 
 
+def distinct_unused_slots(original: Original) -> None:
+    """Before ``CompiledProgram`` builds its graph of a transpiled legacy program: each unused output
+    slot of an engine op gets a variable of its own. They share one (rewrite.py: one value for
+    Paddle's garbage collector to free), which Paddle's executor runs but its ``ir::Graph``
+    refuses ("Variable ngraph_engine_N.unused occurs in output of ngraph_engine multiple times"),
+    and a ``CompiledProgram`` is built as a graph (Paddle's test harness and fleet scripts run
+    one). Done once, in place: the program then has more values, and Paddle's garbage collection
+    for it is decided again."""
+    from . import engine_op
+
+    block = original.transpiled.global_block()
+    changed = False
+    for op in block.ops:
+        if not engine_op.is_engine_op(op.type):
+            continue
+        seen = set()
+        for slot in range(engine_op.OP_SLOTS.get(op.type.rpartition(".")[2], 0)):
+            names = op.output(f"Out{slot}")
+            if len(names) != 1:
+                continue
+            if names[0] in seen:
+                own = f"{names[0]}.{slot}"
+                if not block.has_var(own):
+                    shared = block.var(names[0])
+                    block.create_var(name=own, dtype=shared.dtype, shape=shared.shape)
+                op.desc.set_output(f"Out{slot}", [own])
+                changed = True
+            seen.add(names[0])
+    if changed:
+        block._sync_with_cpp()
+        held = _legacy_paddle_held_values(original.transpiled)
+        original.collect_garbage = held is None or held > MAX_VALUES_WITHOUT_GARBAGE_COLLECTION
+
+
 def check_reads_of_freed_state(program) -> None:
     """A program of Paddle's (not transpiled) reading optimizer state that ZeRO-1 freed in the scope
     (only the ranks' slices hold it between checkpoints) would fail in Paddle with "Tensor holds no
@@ -357,6 +391,16 @@ def install_hooks() -> None:
         return _HOOKS["clone"](self, for_test=for_test)
 
     compiled_program = paddle.static.CompiledProgram
+    _HOOKS["compiled_init"] = compiled_program.__init__
+
+    @functools.wraps(_HOOKS["compiled_init"])
+    def compiled_init(self, program_or_graph, *args, **kwargs):
+        original = original_of(program_or_graph) if _ORIGINALS else None
+        if original is not None and original.ir == "legacy":
+            distinct_unused_slots(original)
+        return _HOOKS["compiled_init"](self, program_or_graph, *args, **kwargs)
+
+    compiled_program.__init__ = compiled_init
 
     @functools.wraps(_HOOKS["run"])
     def run(self, program=None, feed=None, fetch_list=None, *args, **kwargs):

@@ -16,7 +16,9 @@ which on CPU is a thread woken per freed tensor that then spins for more work. W
 on two cores that spinning takes the core of the other rank's step (docs/PERFORMANCE.md,
 "Paddle's garbage collector"), so a segment gets the smallest size of the operator that holds
 its values (``engine_op.op_for``: one slot for the usual one value, the loss), and in a legacy
-program the slots it leaves unused share one variable, freed once. (Persistable placeholders,
+program the slots it leaves unused share one variable, freed once (a ``CompiledProgram`` of the
+program, whose graph refuses a variable written twice by an op, gives each its own first:
+``originals.distinct_unused_slots``). (Persistable placeholders,
 never freed, would enter paddle.static.save's files in legacy programs, and in PIR they would be
 persistable values without a name, on which ``program.list_vars()`` users fail.)
 """
