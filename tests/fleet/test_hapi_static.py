@@ -61,8 +61,18 @@ def train(ir: str, ngraph: bool):
 def one_process(ir):
     import multiprocessing
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a fresh Paddle for each IR
-        return pool.apply(train, (ir, False))
+    # A fresh Paddle for each IR. The worker ends on its own (close, join): Pool's exit would
+    # terminate it with SIGTERM, and Paddle's signal handler, which allocates, was seen to deadlock
+    # when the signal came inside free().
+    pool = multiprocessing.get_context("spawn").Pool(1)
+    try:
+        result = pool.apply_async(train, (ir, False)).get(timeout=300)
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()
+    pool.join()
+    return result
 
 
 @pytest.mark.parametrize("ir", ["legacy", "pir"])
