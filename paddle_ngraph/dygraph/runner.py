@@ -279,6 +279,7 @@ class LayerEngine:
         self.updates = 0
         self.eager_steps = 0
         self.sync_gradients = True  # False inside no_sync()
+        self._eager_armed = False   # an eager backward has reached the Layer: average after it
         self.unsynced = False       # gradients accumulated under no_sync, not yet averaged
         self._params = None
         self._tensor_ids: tuple = ()  # ids of the Layer's parameters and buffers when captured
@@ -495,27 +496,36 @@ class LayerEngine:
             self.refused[("eager", reason)] = reason
             log.warning("%sLayer %s runs eagerly in Paddle: %s", self.rank_prefix(), type(self.layer).__name__, reason)
         self.eager_steps += 1
+        outputs = self.layer(*args, **(kwargs or {}))
         if self.dp_transport is not None and self.sync_gradients:
-            self._arm_eager_allreduce()
-        return self.layer(*args, **(kwargs or {}))
+            self._arm_eager_allreduce(outputs)
+        return outputs
 
-    def _arm_eager_allreduce(self):
-        """Averages the gradients once the eager backward is over: Paddle's final backward hook
-        (it fires once, at the end of the next backward), armed here at the forward, so every rank
-        arms it whichever parameters its own backward reaches. (Waiting for every parameter's
-        gradient would never average a Layer with a parameter its forward does not use, nor one
-        whose ranks use different parameters: each rank would train on its own gradients.)"""
-        if getattr(self, "_eager_armed", False):
-            return  # several forwards, one backward: one average of what they accumulated
+    def _arm_eager_allreduce(self, outputs):
+        """Averages the gradients once the eager backward through this call is over: Paddle's final
+        backward hook (it fires once, at the end of the backward running when it is added), added by
+        a hook on the outputs' gradients, i.e. by the backward that reaches this Layer, whichever
+        parameters it then reaches on each rank. (Waiting for every parameter's gradient would never
+        average a Layer with a parameter its forward does not use, nor one whose ranks use different
+        parameters: each rank would train on its own gradients. Adding the final hook at the forward
+        would average too early where another backward runs first: that of a second Layer whose
+        forward ran after this one's, as in Paddle's own gradient-check tests.)"""
+        import paddle
         from paddle.base import core
 
-        self._eager_armed = True
+        def reached(grad):
+            if not self._eager_armed:  # several outputs or forwards, one backward: one average
+                self._eager_armed = True
+                core.eager._add_backward_final_hook(after_backward)
+            return None
 
         def after_backward():
             self._eager_armed = False
             self._allreduce_eager_grads([p for p in self.layer.parameters() if not p.stop_gradient])
 
-        core.eager._add_backward_final_hook(after_backward)
+        for tensor in paddle.utils.flatten(outputs):
+            if isinstance(tensor, paddle.Tensor) and not tensor.stop_gradient:
+                tensor.register_hook(reached)
 
     def _allreduce_eager_grads(self, params):
         """``allreduce_grads`` for an eager backward, where the ranks may have gradients for

@@ -1,0 +1,116 @@
+"""Two wrapped Layers that run eagerly, both forwards before both backwards, as Paddle's own
+gradient-check tests of paddle.DataParallel do (parallel_dygraph_gradient_check*.py): each
+Layer's gradients are averaged after the backward that reaches it, not after the first backward
+that follows its forward (which is the other Layer's). The ranks reach different parameters
+(a branch on a tensor's value and the rank), and the second Layer's gradients accumulate over
+the steps without being cleared: every gradient must be the mean over the ranks of each rank's
+own, as paddle.DataParallel(find_unused_parameters=True) makes it."""
+import numpy as np
+import pytest
+
+from ranks import run_ranks
+
+# Every test here starts ranks (tests/ranks.py).
+pytestmark = pytest.mark.distributed
+
+STEPS, BATCH, IN, OUT = 4, 5, 10, 20
+
+
+def _net(trainer_id):
+    import paddle
+
+    class Routed(paddle.nn.Layer):
+        """w1 on rank 1 for an all-ones batch, else w2: ``.item()`` makes it run eagerly."""
+
+        def __init__(self, trainer_id):
+            super().__init__()
+            self.w1 = self.create_parameter(shape=[IN, OUT], dtype="float32")
+            self.w2 = self.create_parameter(shape=[IN, OUT], dtype="float32")
+            self.share = paddle.nn.Linear(OUT, 3)
+            self.unused = self.create_parameter(shape=[OUT, IN], dtype="float32")
+            self.trainer_id = trainer_id
+
+        def forward(self, x):
+            ones = bool(paddle.equal_all(x, paddle.ones([BATCH, IN])).item())
+            return self.share(paddle.matmul(x, self.w1 if ones and self.trainer_id == 1 else self.w2))
+
+    return Routed(trainer_id)
+
+
+def _inputs():
+    rng = np.random.default_rng(3)
+    return [rng.random((BATCH, IN), dtype=np.float32) if step % 2 == 0 else np.ones((BATCH, IN), np.float32)
+            for step in range(STEPS)]
+
+
+def _grads(layer):
+    return {n: (None if p.grad is None else p.grad.numpy().copy()) for n, p in layer.named_parameters()}
+
+
+def _interleaved_on_this_rank():
+    import paddle
+    import paddle_ngraph
+
+    rank = paddle.distributed.get_rank()
+    paddle.seed(5 + rank)  # DataParallel gives every rank rank 0's parameters
+    first, second = _net(rank), _net(rank)
+    second.set_state_dict(first.state_dict())
+    a, b = paddle_ngraph.DataParallel(first), paddle_ngraph.DataParallel(second)
+    initial = {n: p.numpy().copy() for n, p in first.named_parameters()}
+    seen = []
+    for x in _inputs():
+        x = paddle.to_tensor(x)
+        out_a, out_b = a(x), b(x)
+        out_a.sum().backward()
+        out_b.sum().backward()
+        seen.append((_grads(first), _grads(second)))
+        a.clear_gradients()  # only the first: the second's accumulate
+    engines = [(e.steps, e.eager_steps, e.updates) for e in (a.engine, b.engine)]
+    return initial, seen, engines
+
+
+def _expected(initial):
+    """Per step, the first Layer's gradients (the mean over the ranks of each rank's own, zeros for a
+    rank that does not reach a parameter, None where no rank does) and the second's (their sum so far)."""
+    import paddle
+
+    per_rank = []
+    for rank in range(2):
+        net = _net(rank)
+        net.set_state_dict({n: paddle.to_tensor(v) for n, v in initial.items()})
+        steps = []
+        for x in _inputs():
+            net(paddle.to_tensor(x)).sum().backward()
+            steps.append(_grads(net))
+            net.clear_gradients()
+        per_rank.append(steps)
+    firsts, seconds, total = [], [], {}
+    for step in range(STEPS):
+        mean = {}
+        for name in initial:
+            got = [per_rank[r][step][name] for r in range(2)]
+            if all(g is None for g in got):
+                mean[name] = None
+                continue
+            mean[name] = np.mean([g if g is not None else np.zeros_like(initial[name]) for g in got], axis=0)
+            total[name] = total.get(name, 0) + mean[name]
+        firsts.append(mean)
+        seconds.append({n: total.get(n) for n in initial})
+    return firsts, seconds
+
+
+def test_two_eager_layers_forwards_interleaved_average_each_after_its_own_backward(dynamic_mode):
+    results = run_ranks(_interleaved_on_this_rank, 2, timeout=180).results
+    initial, _, _ = results[0]
+    firsts, seconds = _expected(initial)
+    for rank, (_, seen, engines) in enumerate(results):
+        assert engines == [(0, STEPS, STEPS), (0, STEPS, STEPS)], engines  # eager, one average per backward
+        for step, (got_first, got_second) in enumerate(seen):
+            for layer, got, want in (("first", got_first, firsts[step]), ("second", got_second, seconds[step])):
+                for name, value in want.items():
+                    where = f"rank {rank} step {step} {layer} Layer {name}"
+                    if value is None:
+                        assert got[name] is None, where
+                    else:
+                        assert got[name] is not None, where
+                        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=where)
