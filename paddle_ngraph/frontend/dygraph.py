@@ -326,23 +326,85 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
     if leaving:
         raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
                            f"captured program would freeze at its first call)")
+    before = python_state(layer)
     try:
         # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
         # follows the Layers' own ``training`` flags, read while tracing. Fleet's tensor-parallel
         # layers trace only with what tensor_parallel_capture.py supplies (harmless for others).
         with tensor_parallel_tracing():
             concrete, partial = holder.layer.forward.get_concrete_program(*args, is_train=with_grad)
-            if with_grad:
-                runnable = partial.train_program
-                return partial, runnable, runnable.program
-        return partial, None, concrete.main_program
+            traced = ((partial, partial.train_program, partial.train_program.program) if with_grad
+                      else (partial, None, concrete.main_program))
     except CaptureError:
         raise
     except Exception as e:  # the translator's errors: .numpy() in forward, unsupported Python
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        reason = lines[0] if lines else ""
         raise CaptureError(f"Layer {name}: paddle.jit.to_static (AST) could not translate its forward: "
-                           f"{type(e).__name__}: {reason[:300]}") from e
+                           f"{translator_reason(e)}") from e
+    finally:
+        changed = restore_python_state(before)
+    if changed:
+        raise CaptureError(f"Layer {name}: its forward changes Python state ({'; '.join(changed)}), which a "
+                           f"captured program would not change again, nor let later calls read anew")
+    return traced
+
+
+# Python values a forward may keep in its Layers' attributes (a step counter): changed while tracing,
+# they would be frozen in the captured program.
+_PLAIN = (bool, int, float, str, type(None))
+_LAYER_INTERNALS: set | None = None
+
+
+def python_state(layer) -> list:
+    """(sublayer, attribute, value) of the plain Python attributes (numbers, strings, None) of the
+    user-defined Layers in ``layer`` (Paddle's own and Layer's internal attributes left out)."""
+    global _LAYER_INTERNALS
+    import paddle
+
+    if _LAYER_INTERNALS is None:
+        _LAYER_INTERNALS = set(vars(paddle.nn.Layer()))
+    state = []
+    for sub in [layer, *layer.sublayers()]:
+        if type(sub).__module__.startswith("paddle."):
+            continue
+        for attr, value in vars(sub).items():
+            if attr not in _LAYER_INTERNALS and type(value) in _PLAIN:
+                state.append((sub, attr, value))
+    return state
+
+
+def restore_python_state(before: list) -> list[str]:
+    """Puts back the attributes of ``python_state`` that tracing changed (the forward ran once for the
+    trace: its side effects are not a call of the user's); ``Class.attribute (old -> new)`` of each."""
+    changed = []
+    for sub, attr, value in before:
+        now = vars(sub).get(attr, value)
+        if type(now) is not type(value) or now != value:
+            changed.append(f"{type(sub).__name__}.{attr} ({value!r} -> {now!r})")
+            setattr(sub, attr, value)
+    return changed
+
+
+def translator_reason(error) -> str:
+    """What the translator's error says, with the user's line: its message names the line of the
+    converted forward (``File "...", line N, in forward`` with the code marked ``<--- HERE``) and
+    ends with the error that stopped it; ``In transformed code:`` alone tells nothing."""
+    lines = [line.rstrip() for line in str(error).splitlines() if line.strip()]
+    if not lines or not lines[0].strip().startswith("In transformed code"):
+        return f"{type(error).__name__}: {lines[0].strip()[:300] if lines else ''}"
+    where = ""
+    for k, line in enumerate(lines):
+        match = re.search(r'File "([^"]+)", line (\d+)', line)
+        if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
+            marked = next((lines[j - 1].strip() for j in range(k + 1, len(lines))
+                           if "<--- HERE" in lines[j] and j > k + 1), "")
+            where = f"{match.group(1)}:{match.group(2)}" + (f" ({marked})" if marked else "")
+    last = lines[-1].strip()
+    for line in reversed(lines):  # the error: the last line not a source line nor a hint
+        text = line.strip()
+        if text and not text.startswith(("[Hint", "File ", "~")) and not line.startswith((" " * 8, "\t")):
+            last = text
+            break
+    return f"{type(error).__name__} at {where or 'an unknown line'}: {last[:300]}"
 
 
 def _program_values(view, ops, partial, runnable):

@@ -186,6 +186,39 @@ def test_uncapturable_layer_runs_eagerly_with_one_message(ngraph_logs):
     assert isinstance(model.engine, LayerEngine)
 
 
+class Counting(nn.Layer):
+    """Paddle's parallel_dygraph_no_sync_control_flow: after ten calls the first layer stops training."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+        self.step = 0
+
+    def forward(self, x):
+        self.step = self.step + 1
+        h = self.fc1(x)
+        if self.step > 10:
+            h.stop_gradient = True
+        return self.fc2(h)
+
+
+def test_forward_counting_its_calls_runs_eagerly_and_trains_like_paddle(ngraph_logs):
+    reference, model = pair(Counting)
+    opts = [paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in (reference, model)]
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        x = paddle.to_tensor(rng.standard_normal((4, 6)).astype(np.float32))
+        for m, o in zip((reference, model), opts):
+            m(x).sum().backward()
+            o.step()
+            o.clear_grad()
+    assert_state_close(reference, model)  # fc1 frozen after ten steps in both
+    assert model._layers.step == reference.step == 12  # the trace's call is not counted
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "Counting.step (0 -> 1)" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 12
+
+
 def test_precision_bf16_marks_the_forward_and_backward_and_trains_close_to_float32():
     """DataParallel(precision="bf16") on the INTERPRETER: the conv and matmuls of both functions are
     marked; the loss and the trained weights stay close to plain Paddle's float32 (the tolerance of

@@ -83,6 +83,55 @@ def test_values_leaving_the_graph_refuse_capture():
         capture(Peek(), [paddle.randn([2, 8])], training=True, with_grad=True)
 
 
+def test_forward_changing_python_state_refuses_capture_and_keeps_the_state():
+    """A forward that counts its calls in an attribute (Paddle's parallel_dygraph_no_sync_control_flow
+    stops a gradient after ten): a captured program would neither count nor read the count again.
+    The capture is refused naming the attribute, and the trace's own change is undone."""
+    class Counting(Net):
+        def __init__(self):
+            super().__init__()
+            self.step = 0
+
+        def forward(self, x):
+            self.step = self.step + 1
+            h = self.fc1(x)
+            if self.step > 10:
+                h.stop_gradient = True
+            return self.fc2(h)
+
+    net = Counting()
+    with pytest.raises(CaptureError, match=r"Layer Counting .*changes Python state \(Counting\.step \(0 -> 1\)\)"):
+        capture(net, [paddle.randn([2, 8])], training=True, with_grad=True)
+    assert net.step == 0
+    capture(Net(), [paddle.randn([2, 8])], training=True, with_grad=True)  # Paddle's own attributes: not state
+
+
+def test_translator_errors_name_the_users_line_and_the_error():
+    """Paddle's parallel_dygraph_control_flow_different branches on a tensor's value with branches of
+    different ranks: the translator's message starts with "In transformed code:"; what reaches the
+    user names the line of the forward and the error that stopped the translator."""
+    class EmptyOrNot(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+            self.phony = self.create_parameter(shape=[1], dtype="float32")
+
+        def forward(self, x, conf):
+            inds = paddle.nonzero(conf.flatten() > 0).flatten()
+            if inds.numel() == 0:
+                return self.phony * 0
+            return paddle.gather(self.fc(x), inds).sum()
+
+    lines, first = inspect.getsourcelines(EmptyOrNot.forward)
+    line = first + next(k for k, text in enumerate(lines) if "if inds.numel()" in text)
+    x, conf = paddle.randn([4, 4]), paddle.to_tensor([[0], [1], [0], [1]])
+    with pytest.raises(CaptureError) as raised:
+        capture(EmptyOrNot(), [x, conf], training=True, with_grad=True)
+    said = str(raised.value)
+    assert f"{inspect.getsourcefile(EmptyOrNot.forward)}:{line} (if inds.numel() == 0:)" in said, said
+    assert "rank inconsistency" in said, said
+
+
 def test_gradient_results_are_bucketed_in_backward_order():
     net = Net()
     cap = capture(net, [paddle.randn([5, 8])], training=True, with_grad=True)
