@@ -172,6 +172,7 @@ class Compiled:
             self.xgrad_positions = {i: results.index(f"{XGRAD_PREFIX}{i}") for i in cap.input_grads}
             self.backward_inputs = self._binding(backward.parameters)
         self.checked = False
+        self.rank_dependent = False  # the ranks' captures compute gradients for different parameters
         self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
 
     def _binding(self, parameters) -> list[tuple[str, object]]:
@@ -511,21 +512,28 @@ class LayerEngine:
         would average too early where another backward runs first: that of a second Layer whose
         forward ran after this one's, as in Paddle's own gradient-check tests.)"""
         import paddle
-        from paddle.base import core
 
         def reached(grad):
-            if not self._eager_armed:  # several outputs or forwards, one backward: one average
-                self._eager_armed = True
-                core.eager._add_backward_final_hook(after_backward)
+            self._average_after_this_backward()
             return None
+
+        for tensor in paddle.utils.flatten(outputs):
+            if isinstance(tensor, paddle.Tensor) and not tensor.stop_gradient:
+                tensor.register_hook(reached)
+
+    def _average_after_this_backward(self):
+        """Called during a backward: averages the Layer's gradients once it is over (``_allreduce_eager_grads``)."""
+        from paddle.base import core
+
+        if self._eager_armed:  # several outputs or forwards, one backward: one average
+            return
+        self._eager_armed = True
 
         def after_backward():
             self._eager_armed = False
             self._allreduce_eager_grads([p for p in self.layer.parameters() if not p.stop_gradient])
 
-        for tensor in paddle.utils.flatten(outputs):
-            if isinstance(tensor, paddle.Tensor) and not tensor.stop_gradient:
-                tensor.register_hook(reached)
+        core.eager._add_backward_final_hook(after_backward)
 
     def _allreduce_eager_grads(self, params):
         """``allreduce_grads`` for an eager backward, where the ranks may have gradients for
@@ -600,15 +608,18 @@ class LayerEngine:
             seeds.append(_view(g) if g is not None else np.zeros(cap.backward.parameter(f"{SEED_PREFIX}{k}")
                                                                   .output_types[0].shape, np.float32))
         sync = record.sync
-        pending_local = sync and self.unsynced
-        if sync and not pending_local:
-            if not compiled.checked:
+        if sync and not compiled.checked:
+            compiled.rank_dependent = not self._same_gradients_on_ranks(compiled)
+            if not compiled.rank_dependent:
                 from ..distributed import check_consistency
 
                 # The ranks of a data-parallel group run one function (a model-parallel group's
                 # differ by design: shard offsets).
                 check_consistency(compiled.backward_sync_function, self.dp_transport)
-                compiled.checked = True
+            compiled.checked = True
+        rank_dependent = sync and compiled.rank_dependent
+        pending_local = sync and self.unsynced and not rank_dependent
+        if sync and not pending_local and not rank_dependent:
             executable = compiled.backward_sync
         else:
             executable = compiled.backward_local
@@ -619,8 +630,33 @@ class LayerEngine:
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:
             compiled.pending = None
-        return self._deliver(cap, [outputs[p] for p in compiled.grad_positions],
-                             {i: outputs[p] for i, p in compiled.xgrad_positions.items()}, sync, pending_local, num_args)
+        grads = [outputs[p] for p in compiled.grad_positions]
+        xgrads = {i: outputs[p] for i, p in compiled.xgrad_positions.items()}
+        if rank_dependent:
+            # Each rank's own gradients, then the average of everything accumulated (no_sync's sums
+            # included) once the backward is over, zeros where a rank has none: as for an eager Layer.
+            delivered = self._deliver(cap, grads, xgrads, False, False, num_args)
+            self.unsynced = False
+            self._average_after_this_backward()
+            return delivered
+        return self._deliver(cap, grads, xgrads, sync, pending_local, num_args)
+
+    def _same_gradients_on_ranks(self, compiled) -> bool:
+        """Whether every rank's capture computes gradients for the same parameters of the Layer (one
+        collective, at the first synchronized backward of a signature). Python in the forward that
+        depends on the rank (``self.w1 if rank == 1 else self.w2``) captures a program per rank whose
+        gradient buckets would hold different parameters at the same places: their AllReduce
+        would add one rank's gradient of w1 to another's of w2."""
+        names = list(self.named_tensors())
+        positions = [names.index(g) for g in compiled.capture.grads]
+        everyone = self.dp_transport.allgather_object(positions)
+        if all(p == everyone[0] for p in everyone):
+            return True
+        log.warning("%sLayer %s: the ranks' captured programs compute gradients for different parameters (Python "
+                    "in its forward that depends on the rank); each rank's backward runs on the engine without "
+                    "AllReduce and the gradients are averaged after it, zeros where a rank has none, as "
+                    "paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(), type(self.layer).__name__)
+        return False
 
     def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:
         """The backward pieces. When synchronizing, the engine segments average the gradients they

@@ -1,10 +1,15 @@
-"""Two wrapped Layers that run eagerly, both forwards before both backwards, as Paddle's own
-gradient-check tests of paddle.DataParallel do (parallel_dygraph_gradient_check*.py): each
-Layer's gradients are averaged after the backward that reaches it, not after the first backward
-that follows its forward (which is the other Layer's). The ranks reach different parameters
-(a branch on a tensor's value and the rank), and the second Layer's gradients accumulate over
-the steps without being cleared: every gradient must be the mean over the ranks of each rank's
-own, as paddle.DataParallel(find_unused_parameters=True) makes it."""
+"""Two wrapped Layers, both forwards before both backwards, as Paddle's own gradient-check tests of
+paddle.DataParallel do (parallel_dygraph_gradient_check*.py), whose ranks reach different
+parameters, the second Layer's gradients accumulating over the steps without being cleared: every
+gradient must be the mean over the ranks of each rank's own, as
+paddle.DataParallel(find_unused_parameters=True) makes it.
+
+- Run eagerly (Paddle's test branches on ``.item()``): each Layer's gradients are averaged after
+  the backward that reaches it, not after the first backward that follows its forward (which is
+  the other Layer's).
+- Captured (the branch on the rank alone, Python): each rank captures a program with gradients
+  for other parameters; the bucketed AllReduce would add one rank's gradient of w1 to another's of
+  w2, so their backward runs without it and the gradients are averaged after it."""
 import numpy as np
 import pytest
 
@@ -16,11 +21,12 @@ pytestmark = pytest.mark.distributed
 STEPS, BATCH, IN, OUT = 4, 5, 10, 20
 
 
-def _net(trainer_id):
+def _net(trainer_id, eager=True):
     import paddle
 
     class Routed(paddle.nn.Layer):
-        """w1 on rank 1 for an all-ones batch, else w2: ``.item()`` makes it run eagerly."""
+        """w1 on rank 1 for an all-ones batch, else w2 (``.item()`` makes it run eagerly); without
+        ``eager``, w1 on rank 1 for every batch (captured)."""
 
         def __init__(self, trainer_id):
             super().__init__()
@@ -34,7 +40,11 @@ def _net(trainer_id):
             ones = bool(paddle.equal_all(x, paddle.ones([BATCH, IN])).item())
             return self.share(paddle.matmul(x, self.w1 if ones and self.trainer_id == 1 else self.w2))
 
-    return Routed(trainer_id)
+    class ByRank(Routed):
+        def forward(self, x):  # no .item() in its source: captured
+            return self.share(paddle.matmul(x, self.w1 if self.trainer_id == 1 else self.w2))
+
+    return Routed(trainer_id) if eager else ByRank(trainer_id)
 
 
 def _inputs():
@@ -47,13 +57,13 @@ def _grads(layer):
     return {n: (None if p.grad is None else p.grad.numpy().copy()) for n, p in layer.named_parameters()}
 
 
-def _interleaved_on_this_rank():
+def _interleaved_on_this_rank(eager):
     import paddle
     import paddle_ngraph
 
     rank = paddle.distributed.get_rank()
     paddle.seed(5 + rank)  # DataParallel gives every rank rank 0's parameters
-    first, second = _net(rank), _net(rank)
+    first, second = _net(rank, eager), _net(rank, eager)
     second.set_state_dict(first.state_dict())
     a, b = paddle_ngraph.DataParallel(first), paddle_ngraph.DataParallel(second)
     initial = {n: p.numpy().copy() for n, p in first.named_parameters()}
@@ -69,14 +79,14 @@ def _interleaved_on_this_rank():
     return initial, seen, engines
 
 
-def _expected(initial):
+def _expected(initial, eager):
     """Per step, the first Layer's gradients (the mean over the ranks of each rank's own, zeros for a
     rank that does not reach a parameter, None where no rank does) and the second's (their sum so far)."""
     import paddle
 
     per_rank = []
     for rank in range(2):
-        net = _net(rank)
+        net = _net(rank, eager)
         net.set_state_dict({n: paddle.to_tensor(v) for n, v in initial.items()})
         steps = []
         for x in _inputs():
@@ -99,12 +109,14 @@ def _expected(initial):
     return firsts, seconds
 
 
-def test_two_eager_layers_forwards_interleaved_average_each_after_its_own_backward(dynamic_mode):
-    results = run_ranks(_interleaved_on_this_rank, 2, timeout=180).results
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "captured"])
+def test_two_layers_forwards_interleaved_ranks_reaching_different_parameters(dynamic_mode, eager):
+    results = run_ranks(_interleaved_on_this_rank, 2, eager, timeout=180).results
     initial, _, _ = results[0]
-    firsts, seconds = _expected(initial)
+    firsts, seconds = _expected(initial, eager)
     for rank, (_, seen, engines) in enumerate(results):
-        assert engines == [(0, STEPS, STEPS), (0, STEPS, STEPS)], engines  # eager, one average per backward
+        # One average per backward, eagerly or after the engine's backward.
+        assert engines == [(0, STEPS, STEPS) if eager else (STEPS, 0, STEPS)] * 2, engines
         for step, (got_first, got_second) in enumerate(seen):
             for layer, got, want in (("first", got_first, firsts[step]), ("second", got_second, seconds[step])):
                 for name, value in want.items():
