@@ -68,13 +68,44 @@ def check_layer(layer):
             "(statistics over all ranks)")
 
 
+# paddle.DataParallel's own arguments, taken so that it can be replaced without changing them.
+PADDLE_ARGUMENTS = ("strategy", "comm_buffer_size", "last_comm_buffer_size", "find_unused_parameters", "group")
+
+
+def check_paddle_arguments(given: dict, nranks: int):
+    """paddle.DataParallel's arguments: what they ask for is what the engine does or decides itself.
+    ``find_unused_parameters`` either way: gradients reached by no rank stay None, those some ranks
+    do not reach get zeros there (what Paddle does with True; with False Paddle would fail or wait on
+    such a Layer). ``strategy`` (a ParallelStrategy: ranks and endpoints) comes from the launcher;
+    ``comm_buffer_size``/``last_comm_buffer_size``: the engine's buckets are ``bucket_mb``. A
+    ``group`` must span every rank: the gradients are averaged over all the launcher's ranks."""
+    group = given.get("group")
+    size = getattr(group, "nranks", None) if group is not None else None
+    if size is not None and size != nranks:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"paddle_ngraph.DataParallel(group=...): a group of {size} of the {nranks} ranks; the "
+                          "engine averages gradients over all the launcher's ranks (group=None)")
+    for name in ("comm_buffer_size", "last_comm_buffer_size"):
+        if name in given:
+            log.info("paddle_ngraph.DataParallel: %s=%s is paddle.DataParallel's; the engine's buckets are "
+                     "bucket_mb", name, given[name])
+
+
 class DataParallel(paddle.nn.Layer):
     """Wraps ``layer``; ``configs`` are the keys of ``strategy.ngraph_configs`` (``paddle_ngraph.Config``;
     configs/defaults.yaml), resolved as for static training; zero_stage, accumulate_steps and
-    sync_batch_norm are for static programs only."""
+    sync_batch_norm are for static programs only. paddle.DataParallel's own arguments (``strategy``,
+    also second and positional, ``comm_buffer_size``, ``last_comm_buffer_size``,
+    ``find_unused_parameters``, ``group``) are taken too: ``check_paddle_arguments``."""
 
     def __init__(self, layer, configs: dict | None = None, **options):
         super().__init__()
+        paddles = {name: options.pop(name) for name in PADDLE_ARGUMENTS if name in options}
+        if configs is not None and not isinstance(configs, dict):
+            # paddle.DataParallel(layer, strategy, ...): Paddle's second argument, a ParallelStrategy
+            paddles["strategy"] = configs
+            configs = None
         config = Config(**resolve_config({**(configs or {}), **options}))
         check_options(config)
         check_layer(layer)
@@ -82,6 +113,7 @@ class DataParallel(paddle.nn.Layer):
         self._layers = layer
         self._mirror_signature(layer)
         transport = shared_transport(config)
+        check_paddle_arguments(paddles, transport.size)
         self._engine = LayerEngine(layer, config, transport)
         if transport.size > 1:
             self._broadcast_initial(transport)

@@ -422,3 +422,26 @@ def test_inputs_of_other_kinds_still_run_eagerly(ngraph_logs):
     said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
     assert len(said) == 1 and "non-tensor positional inputs" in said[0], said
     assert model.engine.eager_steps == 1 and model.engine.steps == 0
+
+
+def test_paddle_data_parallels_own_arguments_are_taken():
+    """paddle.DataParallel(layer, strategy, comm_buffer_size=25, last_comm_buffer_size=1,
+    find_unused_parameters=False, group=None): Paddle's tests call it so (test_dist_base.py passes a
+    ParallelStrategy second and find_unused_parameters=True); replacing the class must not need
+    more. A group of part of the ranks is refused: the engine averages over all of them."""
+    from paddle.distributed.parallel import ParallelStrategy
+
+    from paddle_ngraph.errors import ConfigError
+
+    reference, model = pair(TwoOutputs, find_unused_parameters=True, comm_buffer_size=25, last_comm_buffer_size=1,
+                            group=None)
+    x = paddle.ones([2, 6])
+    np.testing.assert_allclose(model(x)["logits"].numpy(), reference(x)["logits"].numpy(), rtol=1e-6)
+    assert model.engine.steps == 1
+    paddle_ngraph.DataParallel(TwoOutputs(), ParallelStrategy(), find_unused_parameters=False)
+
+    class Part:
+        nranks = 3
+
+    with pytest.raises(ConfigError, match="group of 3 of the 1 ranks"):
+        paddle_ngraph.DataParallel(TwoOutputs(), group=Part())
