@@ -214,7 +214,10 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
     ops = [op for op in view.ops if op.block == 0]
     flow = [op for op in ops if op.type in _CONTROL_FLOW]
     if flow:
-        where = "; ".join(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
+        found = list(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
+        # The backward of a PyLayer traces as a second pd_op.pylayer without a line: the first says it.
+        known = [f for f in found if not f.endswith(" an unknown line")]
+        where = "; ".join(known or found)
         # A PyLayer traces as a pd_op.pylayer block (its backward is the user's Python), not as a
         # branch on a tensor's value: say which of the two the Layer has.
         what = ("a PyLayer (paddle.autograd.PyLayer: a Python backward)"
@@ -233,6 +236,8 @@ def _source_line(op) -> str:
     call stack outside Paddle and this package. A ``pd_op.if``/``while`` records none: its
     condition's does (the comparison on the ``if`` line). ``an unknown line`` where neither does."""
     native = op.native
+    if op.type == "pd_op.pylayer":
+        return _apply_line(native)
     for candidate in (native, _condition_op(native)):
         stack = list(getattr(candidate, "callstack", None) or [])
         for k in range(len(stack) - 1, -1, -1):
@@ -240,6 +245,37 @@ def _source_line(op) -> str:
             if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
                 code = stack[k + 1].strip() if k + 1 < len(stack) and "File " not in stack[k + 1] else ""
                 return f"{match.group(1)}:{match.group(2)}" + (f" ({code})" if code else "")
+    return "an unknown line"
+
+
+def _user_frame(stack: list, k: int) -> str:
+    """``file:line (code)`` of frame line ``k`` of a PIR call stack (the code is the next line)."""
+    match = re.search(r'File "([^"]+)", line (\d+)', stack[k])
+    code = stack[k + 1].strip() if k + 1 < len(stack) and "File " not in stack[k + 1] else ""
+    return f"{match.group(1)}:{match.group(2)}" + (f" ({code})" if code else "")
+
+
+def _apply_line(native) -> str:
+    """The line calling ``MyPyLayer.apply`` for a ``pd_op.pylayer``: the op records no call stack, the
+    ops of its block (the PyLayer's forward) do; in theirs, the user's frame that calls Paddle's
+    ``static_pylayer``. ``an unknown line`` for the one a backward traces (no user frame)."""
+    try:
+        blocks = list(native.blocks())
+    except Exception:  # not a PIR op with blocks
+        blocks = []
+    for block in blocks:
+        for inner in block.ops:
+            stack = list(getattr(inner, "callstack", None) or [])
+            entry = next((k for k, line in enumerate(stack) if "static_pylayer.py" in line), None)
+            if entry is None:  # the backward's block: no call of the user's
+                continue
+            # Only frames below the capture's holder forward (this package's last frame): the user's
+            # forward and what it calls; above it is whoever made the program (Paddle's backward).
+            holder = max((k for k, line in enumerate(stack[:entry]) if "/paddle_ngraph/" in line), default=-1)
+            for k in range(entry - 1, holder, -1):
+                match = re.search(r'File "([^"]+)", line (\d+)', stack[k])
+                if match and "/paddle/" not in match.group(1) and "/paddle_ngraph/" not in match.group(1):
+                    return _user_frame(stack, k)
     return "an unknown line"
 
 

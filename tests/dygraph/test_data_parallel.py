@@ -322,8 +322,8 @@ def test_sync_batch_norm_layer_refused_before_any_step():
 
 def test_pylayer_runs_eagerly_named_as_a_pylayer_and_trains_like_paddle(ngraph_logs):
     """A forward calling a PyLayer traces as pd_op.pylayer, whose backward is the user's Python: the
-    Layer runs eagerly, the one message calls it a PyLayer (not control flow on tensor values), and
-    it trains as plain Paddle."""
+    Layer runs eagerly, the one message calls it a PyLayer (not control flow on tensor values) and
+    gives the line calling its ``apply``, and it trains as plain Paddle."""
     from paddle.autograd import PyLayer
 
     class Cube(PyLayer):
@@ -358,6 +358,11 @@ def test_pylayer_runs_eagerly_named_as_a_pylayer_and_trains_like_paddle(ngraph_l
     said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
     assert len(said) == 1 and "WithCube" in said[0] and "a PyLayer" in said[0] and "pd_op.pylayer" in said[0], said
     assert "control flow" not in said[0], said
+    # The line calling .apply, once (not the line calling the Layer, nor the PyLayer's backward's).
+    lines, first = inspect.getsourcelines(WithCube.forward)
+    line = first + next(k for k, text in enumerate(lines) if "Cube.apply" in text)
+    assert said[0].count("pd_op.pylayer at") == 1, said
+    assert f"pd_op.pylayer at {os.path.abspath(__file__)}:{line} (return self.fc2(Cube.apply(" in said[0], said
     np.testing.assert_array_equal(runs[1][0], runs[0][0])
     for got, ref in zip(runs[1][1], runs[0][1]):
         np.testing.assert_array_equal(got, ref)
