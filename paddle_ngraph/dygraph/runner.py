@@ -609,13 +609,7 @@ class LayerEngine:
                                                                   .output_types[0].shape, np.float32))
         sync = record.sync
         if sync and not compiled.checked:
-            compiled.rank_dependent = not self._same_gradients_on_ranks(compiled)
-            if not compiled.rank_dependent:
-                from ..distributed import check_consistency
-
-                # The ranks of a data-parallel group run one function (a model-parallel group's
-                # differ by design: shard offsets).
-                check_consistency(compiled.backward_sync_function, self.dp_transport)
+            compiled.rank_dependent = not self._ranks_agree(compiled)
             compiled.checked = True
         rank_dependent = sync and compiled.rank_dependent
         pending_local = sync and self.unsynced and not rank_dependent
@@ -641,21 +635,37 @@ class LayerEngine:
             return delivered
         return self._deliver(cap, grads, xgrads, sync, pending_local, num_args)
 
-    def _same_gradients_on_ranks(self, compiled) -> bool:
-        """Whether every rank's capture computes gradients for the same parameters of the Layer (one
-        collective, at the first synchronized backward of a signature). Python in the forward that
-        depends on the rank (``self.w1 if rank == 1 else self.w2``) captures a program per rank whose
-        gradient buckets would hold different parameters at the same places: their AllReduce
-        would add one rank's gradient of w1 to another's of w2."""
+    def _ranks_agree(self, compiled) -> bool:
+        """Whether every rank's capture of this signature can run the bucketed AllReduce with the
+        others' (collectives, at the first synchronized backward of a signature): the same
+        parameters get gradients, and the backward functions are the same. Python in the forward
+        that depends on the rank (``self.w1 if rank == 1 else self.w2``) captures a program per rank
+        whose buckets would hold different parameters at the same places (the AllReduce would add
+        one rank's gradient of w1 to another's of w2); ranks given batches of different sizes (Paddle's
+        sparse_embedding_diff_length tests) capture functions of other shapes. Where they do not
+        agree, each rank's backward runs on the engine without AllReduce and the gradients are
+        averaged after it, as for an eager Layer (zeros where a rank has none, as
+        paddle.DataParallel(find_unused_parameters=True))."""
+        from ..distributed import check_consistency
+        from ..errors import TransportError
+
         names = list(self.named_tensors())
         positions = [names.index(g) for g in compiled.capture.grads]
         everyone = self.dp_transport.allgather_object(positions)
-        if all(p == everyone[0] for p in everyone):
-            return True
-        log.warning("%sLayer %s: the ranks' captured programs compute gradients for different parameters (Python "
-                    "in its forward that depends on the rank); each rank's backward runs on the engine without "
+        if not all(p == everyone[0] for p in everyone):
+            why = "compute gradients for different parameters (Python in its forward that depends on the rank)"
+        else:
+            try:
+                # The ranks of a data-parallel group run one function (a model-parallel group's
+                # differ by design: shard offsets). It fails on every rank or on none.
+                check_consistency(compiled.backward_sync_function, self.dp_transport)
+                return True
+            except TransportError as e:
+                why = f"differ ({str(e).split(': ', 2)[-1]})"
+        log.warning("%sLayer %s: the ranks' captured programs %s; each rank's backward runs on the engine without "
                     "AllReduce and the gradients are averaged after it, zeros where a rank has none, as "
-                    "paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(), type(self.layer).__name__)
+                    "paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(), type(self.layer).__name__,
+                    why)
         return False
 
     def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:

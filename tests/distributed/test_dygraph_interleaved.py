@@ -126,3 +126,62 @@ def test_two_layers_forwards_interleaved_ranks_reaching_different_parameters(dyn
                     else:
                         assert got[name] is not None, where
                         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=where)
+
+
+def _mlp():
+    import paddle
+
+    return paddle.nn.Sequential(paddle.nn.Linear(IN, OUT), paddle.nn.Tanh(), paddle.nn.Linear(OUT, 3))
+
+
+def _uneven_batches(rank):
+    """Paddle's test_dist_base with diff_batch (the sparse_embedding_diff_length tests): of each batch
+    of 4, rank 0 takes the first sample, rank 1 the other three."""
+    rng = np.random.default_rng(11)
+    batches = [rng.standard_normal((4, IN)).astype(np.float32) for _ in range(2)]
+    return [b[:1] if rank == 0 else b[1:] for b in batches]
+
+
+def _uneven_on_this_rank():
+    import paddle
+    import paddle_ngraph
+
+    rank = paddle.distributed.get_rank()
+    paddle.seed(9)
+    layer = _mlp()
+    model = paddle_ngraph.DataParallel(layer)
+    initial = {n: p.numpy().copy() for n, p in layer.named_parameters()}
+    seen = []
+    for x in _uneven_batches(rank):
+        model(paddle.to_tensor(x)).mean().backward()
+        seen.append(_grads(layer))
+        model.clear_gradients()
+    return initial, seen, (model.engine.steps, model.engine.eager_steps, model.engine.updates)
+
+
+def test_ranks_with_batches_of_different_sizes_average_like_paddle(dynamic_mode):
+    """Each rank captures a function of its own batch size: their bucketed AllReduce cannot pair up
+    (the consistency check would end the job), so each rank's backward runs without it and the
+    gradients are averaged after it; paddle.DataParallel averages them so too (not weighted by the
+    batch sizes)."""
+    import paddle
+
+    results = run_ranks(_uneven_on_this_rank, 2, timeout=180).results
+    initial = results[0][0]
+    own = []
+    for rank in range(2):
+        net = _mlp()
+        net.set_state_dict({n: paddle.to_tensor(v) for n, v in initial.items()})
+        steps = []
+        for x in _uneven_batches(rank):
+            net(paddle.to_tensor(x)).mean().backward()
+            steps.append(_grads(net))
+            net.clear_gradients()
+        own.append(steps)
+    for rank, (_, seen, engine) in enumerate(results):
+        assert engine == (2, 0, 2), engine  # on the engine, one average per backward
+        for step, got in enumerate(seen):
+            for name in initial:
+                want = (own[0][step][name] + own[1][step][name]) / 2
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"rank {rank} step {step} {name}")
