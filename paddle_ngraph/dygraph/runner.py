@@ -171,8 +171,8 @@ class Compiled:
             self.grad_positions = [results.index(f"{GRAD_PREFIX}{p}") for p in cap.grads]
             self.xgrad_positions = {i: results.index(f"{XGRAD_PREFIX}{i}") for i in cap.input_grads}
             self.backward_inputs = self._binding(backward.parameters)
-        self.checked = False
-        self.rank_dependent = False  # the ranks' captures compute gradients for different parameters
+        self.agreement_key = None  # _ranks_agree's key: which parameters get gradients, the backward function
+        self.disagreement_said = False
         self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
 
     def _binding(self, parameters) -> list[tuple[str, object]]:
@@ -608,10 +608,7 @@ class LayerEngine:
             seeds.append(_view(g) if g is not None else np.zeros(cap.backward.parameter(f"{SEED_PREFIX}{k}")
                                                                   .output_types[0].shape, np.float32))
         sync = record.sync
-        if sync and not compiled.checked:
-            compiled.rank_dependent = not self._ranks_agree(compiled)
-            compiled.checked = True
-        rank_dependent = sync and compiled.rank_dependent
+        rank_dependent = sync and not self._ranks_agree(compiled)
         pending_local = sync and self.unsynced and not rank_dependent
         if sync and not pending_local and not rank_dependent:
             executable = compiled.backward_sync
@@ -636,36 +633,40 @@ class LayerEngine:
         return self._deliver(cap, grads, xgrads, sync, pending_local, num_args)
 
     def _ranks_agree(self, compiled) -> bool:
-        """Whether every rank's capture of this signature can run the bucketed AllReduce with the
-        others' (collectives, at the first synchronized backward of a signature): the same
-        parameters get gradients, and the backward functions are the same. Python in the forward
-        that depends on the rank (``self.w1 if rank == 1 else self.w2``) captures a program per rank
-        whose buckets would hold different parameters at the same places (the AllReduce would add
-        one rank's gradient of w1 to another's of w2); ranks given batches of different sizes (Paddle's
-        sparse_embedding_diff_length tests) capture functions of other shapes. Where they do not
-        agree, each rank's backward runs on the engine without AllReduce and the gradients are
-        averaged after it, as for an eager Layer (zeros where a rank has none, as
-        paddle.DataParallel(find_unused_parameters=True))."""
-        from ..distributed import check_consistency
-        from ..errors import TransportError
+        """Whether every rank's backward of this step can run the bucketed AllReduce with the others':
+        the same parameters get gradients and the backward functions are the same. One small
+        AllReduce (the maximum of a key and of its negative) at each synchronized backward, so that
+        the ranks agree at every step, whatever signature each meets: ranks given batches of
+        different sizes (Paddle's sparse_embedding_diff_length tests, or a last batch smaller on
+        one rank) capture functions of other shapes, and a rank meeting a new one would otherwise
+        wait in a collective the others do not run. Python in the forward that depends on the rank
+        (``self.w1 if rank == 1 else self.w2``) captures a program per rank whose buckets would
+        hold different parameters at the same places (the AllReduce would add one rank's gradient
+        of w1 to another's of w2). Where they do not agree, each rank's backward runs on the engine
+        without AllReduce and the gradients are averaged after it, as for an eager Layer (zeros
+        where a rank has none, as paddle.DataParallel(find_unused_parameters=True))."""
+        if compiled.agreement_key is None:
+            import hashlib
 
-        names = list(self.named_tensors())
-        positions = [names.index(g) for g in compiled.capture.grads]
-        everyone = self.dp_transport.allgather_object(positions)
-        if not all(p == everyone[0] for p in everyone):
-            why = "compute gradients for different parameters (Python in its forward that depends on the rank)"
-        else:
-            try:
-                # The ranks of a data-parallel group run one function (a model-parallel group's
-                # differ by design: shard offsets). It fails on every rank or on none.
-                check_consistency(compiled.backward_sync_function, self.dp_transport)
-                return True
-            except TransportError as e:
-                why = f"differ ({str(e).split(': ', 2)[-1]})"
-        log.warning("%sLayer %s: the ranks' captured programs %s; each rank's backward runs on the engine without "
-                    "AllReduce and the gradients are averaged after it, zeros where a rank has none, as "
-                    "paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(), type(self.layer).__name__,
-                    why)
+            from ..distributed import function_fingerprint
+
+            names = list(self.named_tensors())
+            positions = [names.index(g) for g in compiled.capture.grads]
+            lines = [repr(positions), *function_fingerprint(compiled.backward_sync_function)]
+            digest = hashlib.sha256("\n".join(lines).encode()).digest()
+            compiled.agreement_key = float(int.from_bytes(digest[:6], "big"))  # exact in a float64
+        key = compiled.agreement_key
+        highest = self.dp_transport.allreduce(np.array([key, -key]), "max", name="dygraph_agreement")
+        if highest[0] == -highest[1]:
+            return True
+        if not compiled.disagreement_said:  # said by each rank for its own signature (no collective)
+            compiled.disagreement_said = True
+            log.warning("%sLayer %s (inputs %s): the ranks' captured programs differ at this step (other input "
+                        "shapes, or Python in the forward that depends on the rank); each rank's backward runs on "
+                        "the engine without AllReduce and the gradients are averaged after it, zeros where a rank "
+                        "has none, as paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(),
+                        type(self.layer).__name__, [list(p.output_types[0].shape) for p in compiled.capture.forward.parameters
+                                                    if p.name in compiled.capture.inputs])
         return False
 
     def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:

@@ -134,15 +134,19 @@ def _mlp():
     return paddle.nn.Sequential(paddle.nn.Linear(IN, OUT), paddle.nn.Tanh(), paddle.nn.Linear(OUT, 3))
 
 
-def _uneven_batches(rank):
-    """Paddle's test_dist_base with diff_batch (the sparse_embedding_diff_length tests): of each batch
-    of 4, rank 0 takes the first sample, rank 1 the other three."""
+def _uneven_batches(rank, plan):
+    """``diff``: Paddle's test_dist_base with diff_batch (the sparse_embedding_diff_length tests): of
+    each batch of 4, rank 0 takes the first sample, rank 1 the other three. ``last``: two samples
+    each, but at the third step rank 0 has one left (a new signature on rank 0 only), then two again."""
     rng = np.random.default_rng(11)
-    batches = [rng.standard_normal((4, IN)).astype(np.float32) for _ in range(2)]
-    return [b[:1] if rank == 0 else b[1:] for b in batches]
+    if plan == "diff":
+        batches = [rng.standard_normal((4, IN)).astype(np.float32) for _ in range(2)]
+        return [b[:1] if rank == 0 else b[1:] for b in batches]
+    batches = [rng.standard_normal((4, IN)).astype(np.float32) for _ in range(4)]
+    return [b[2 * rank:2 * rank + (1 if step == 2 and rank == 0 else 2)] for step, b in enumerate(batches)]
 
 
-def _uneven_on_this_rank():
+def _uneven_on_this_rank(plan):
     import paddle
     import paddle_ngraph
 
@@ -152,34 +156,36 @@ def _uneven_on_this_rank():
     model = paddle_ngraph.DataParallel(layer)
     initial = {n: p.numpy().copy() for n, p in layer.named_parameters()}
     seen = []
-    for x in _uneven_batches(rank):
+    for x in _uneven_batches(rank, plan):
         model(paddle.to_tensor(x)).mean().backward()
         seen.append(_grads(layer))
         model.clear_gradients()
     return initial, seen, (model.engine.steps, model.engine.eager_steps, model.engine.updates)
 
 
-def test_ranks_with_batches_of_different_sizes_average_like_paddle(dynamic_mode):
+@pytest.mark.parametrize("plan", ["diff", "last"])
+def test_ranks_with_batches_of_different_sizes_average_like_paddle(dynamic_mode, plan):
     """Each rank captures a function of its own batch size: their bucketed AllReduce cannot pair up
-    (the consistency check would end the job), so each rank's backward runs without it and the
-    gradients are averaged after it; paddle.DataParallel averages them so too (not weighted by the
-    batch sizes)."""
+    (before, the consistency check ended the job, and a rank meeting a new signature alone waited
+    forever in it), so each rank's backward runs without it and the gradients are averaged after
+    it; paddle.DataParallel averages them so too (not weighted by the batch sizes)."""
     import paddle
 
-    results = run_ranks(_uneven_on_this_rank, 2, timeout=180).results
+    results = run_ranks(_uneven_on_this_rank, 2, plan, timeout=120).results
     initial = results[0][0]
     own = []
     for rank in range(2):
         net = _mlp()
         net.set_state_dict({n: paddle.to_tensor(v) for n, v in initial.items()})
         steps = []
-        for x in _uneven_batches(rank):
+        for x in _uneven_batches(rank, plan):
             net(paddle.to_tensor(x)).mean().backward()
             steps.append(_grads(net))
             net.clear_gradients()
         own.append(steps)
     for rank, (_, seen, engine) in enumerate(results):
-        assert engine == (2, 0, 2), engine  # on the engine, one average per backward
+        steps = len(own[0])
+        assert engine == (steps, 0, steps), engine  # on the engine, one average per backward
         for step, got in enumerate(seen):
             for name in initial:
                 want = (own[0][step][name] + own[1][step][name]) / 2
