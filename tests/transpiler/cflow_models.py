@@ -118,5 +118,5 @@ def train(name, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
                 values[n] = np.array(var.get_tensor())
         return values
 
-    losses, values = run_steps(main, startup, loss, xs, ys, persistables, transpile, rank, nranks)
+    losses, values, _ = run_steps(main, startup, loss, xs, ys, persistables, transpile, rank, nranks)
     return main, losses, values

@@ -83,14 +83,14 @@ def train(middle, optimizer, xs, ys, transpile=None, seed=1, rank=0, nranks=1):
     def parameters(scope):
         return {n: np.array(scope.find_var(n).get_tensor()) for n in parameter_names(main)}
 
-    losses, params = run_steps(main, startup, loss, xs, ys, parameters, transpile, rank, nranks)
+    losses, params, _ = run_steps(main, startup, loss, xs, ys, parameters, transpile, rank, nranks)
     return main, losses, params
 
 
-def run_steps(main, startup, loss, xs, ys, read, transpile=None, rank=0, nranks=1):
-    """(losses, ``read(scope)`` at the end) of one training step per batch of ``xs``/``ys`` (feeds
-    ``x`` and ``y``); with ``transpile`` (a dict of options) on the engine, each rank feeding its
-    ``1/nranks`` share of every batch."""
+def run_steps(main, startup, loss, xs, ys, read, transpile=None, rank=0, nranks=1, fetch=()):
+    """(losses, ``read(scope)`` at the end, the values of ``fetch`` at each step) of one training
+    step per batch of ``xs``/``ys`` (feeds ``x`` and ``y``); with ``transpile`` (a dict of options)
+    on the engine, each rank feeding its ``1/nranks`` share of every batch."""
     import paddle_ngraph
 
     scope = paddle.static.Scope()
@@ -100,11 +100,30 @@ def run_steps(main, startup, loss, xs, ys, read, transpile=None, rank=0, nranks=
         if transpile is not None:
             paddle_ngraph.transpile(main, **transpile)
         share = len(xs[0]) // nranks
-        losses = []
+        losses, fetched = [], []
         for xb, yb in zip(xs, ys):
             feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
-            losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
-        return np.array(losses), read(scope)
+            got = exe.run(main, feed=feed, fetch_list=[loss, *fetch])
+            losses.append(float(got[0]))
+            fetched.append([np.array(value) for value in got[1:]])
+        return np.array(losses), read(scope), fetched
+
+
+def executed_plan(main, startup) -> list[dict]:
+    """What ``transpile`` executed on ``main`` (after ``startup``; INTERPRETER backend): the plan its
+    engines carry, as ``unsupported_ops`` reports it; the engines are released after."""
+    import paddle_ngraph
+
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        paddle.static.Executor(paddle.CPUPlace()).run(startup)
+        before = {e.id for e in paddle_ngraph.engines()}
+        paddle_ngraph.transpile(main, backend="INTERPRETER")
+        made = [e for e in paddle_ngraph.engines() if e.id not in before]
+    plans = {id(e.plan) for e in made}
+    assert len(plans) == 1 and [e.segment for e in made] == made[0].plan.segments
+    paddle_ngraph.release(main)
+    return made[0].plan.left_to_paddle()
 
 
 # --- LoD (legacy sequence ops) --------------------------------------------------------------------

@@ -17,9 +17,11 @@ from harness import IRS, assert_trained_close, ir_guard
 STEPS, BATCH = 3, 8
 
 
-def build(beside: bool, metric: bool, on_path: bool = False):
+def build(beside: bool, metric: bool, on_path: bool = False, auc: bool = False):
     """x -> Linear -> ReLU -> [logcumsumexp on the path] -> Linear (+ mean of logcumsumexp(x) beside the
-    path) -> cross-entropy; the metric logcumsumexp(logits); SGD. (main, startup, loss, metric)."""
+    path) -> cross-entropy; the metric logcumsumexp(logits), or with ``auc`` Paddle's own AUC metric
+    of two classes (its statistics persistable); SGD. (main, startup, loss, metric)."""
+    classes = 2 if auc else fm.CLASSES
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
         x = paddle.static.data("x", [-1, fm.FEATURES], "float32")
@@ -28,11 +30,13 @@ def build(beside: bool, metric: bool, on_path: bool = False):
         if on_path:
             h = paddle.logcumsumexp(h, axis=1)
         shift = paddle.mean(paddle.logcumsumexp(x, axis=1), axis=1, keepdim=True) if beside else None
-        logits = paddle.nn.Linear(fm.HIDDEN, fm.CLASSES)(h)
+        logits = paddle.nn.Linear(fm.HIDDEN, classes)(h)
         if shift is not None:
             logits = logits + shift
         loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
         watched = paddle.logcumsumexp(logits, axis=1) if metric else loss
+        if auc:
+            watched = paddle.static.auc(paddle.nn.functional.softmax(logits), y)[0]
         paddle.optimizer.SGD(0.1).minimize(loss)
     return main, startup, loss, watched
 
@@ -40,26 +44,19 @@ def build(beside: bool, metric: bool, on_path: bool = False):
 def train(ir, transpile=None, rank=0, nranks=1, seed=1, **kind):
     """(op types after transpile, losses, metrics, parameters) of STEPS steps."""
     xs, ys = fm.data(STEPS, BATCH)
+    if kind.get("auc"):
+        ys = ys % 2
     with ir_guard(ir):
         paddle.seed(seed)
         main, startup, loss, metric = build(**kind)
-        scope = paddle.static.Scope()
-        exe = paddle.static.Executor(paddle.CPUPlace())
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            if transpile is not None:
-                paddle_ngraph.transpile(main, **transpile)
-            share = BATCH // nranks
-            losses, metrics = [], []
-            for xb, yb in zip(xs, ys):
-                feed = {"x": xb[rank * share:(rank + 1) * share], "y": yb[rank * share:(rank + 1) * share]}
-                got_loss, got_metric = exe.run(main, feed=feed, fetch_list=[loss, metric])
-                losses.append(float(got_loss))
-                metrics.append(np.array(got_metric))
-            params = {n: np.array(scope.find_var(n).get_tensor()) for n in fm.parameter_names(main)}
-        block = main.global_block()
-        types = [op.name() if ir == "pir" else op.type for op in block.ops]
-    return types, np.array(losses), metrics, params
+
+        def parameters(scope):
+            return {n: np.array(scope.find_var(n).get_tensor()) for n in fm.parameter_names(main)}
+
+        losses, params, fetched = fm.run_steps(main, startup, loss, xs, ys, parameters, transpile, rank, nranks,
+                                               fetch=[metric])
+        types = [op.name() if ir == "pir" else op.type for op in main.global_block().ops]
+    return types, losses, [values[0] for values in fetched], params
 
 
 def check_equal_to_paddle(ir, backend, **kind):
@@ -91,6 +88,16 @@ def test_a_metric_of_the_forward_runs_after_the_one_segment(ir, backend):
     engines = [i for i, t in enumerate(types) if is_engine_op(t)]
     assert len(engines) == 1, types
     assert positions(types, "logcumsumexp")[0] > engines[0], types
+
+
+@pytest.mark.parametrize("ir", IRS)
+def test_paddles_auc_metric_runs_after_the_one_segment(ir):
+    """Paddle's own metric op (no converter; two in legacy, the batch's and the global one), which
+    updates its persistable statistics every step: after the forward, backward and update."""
+    types = check_equal_to_paddle(ir, "CPU", beside=False, metric=False, auc=True)
+    engines = [i for i, t in enumerate(types) if is_engine_op(t)]
+    assert len(engines) == 1, types
+    assert positions(types, "auc") and min(positions(types, "auc")) > engines[0], types
 
 
 @pytest.mark.parametrize("ir", IRS)

@@ -1,7 +1,6 @@
 """One plan behind every answer: ``unsupported_ops`` reports the ops that the plan ``transpile``
 executes leaves to Paddle (read back from the engines it made), on every reference model of the
 zoo in both IRs, on a program with an op the engine lacks, and on one with control flow."""
-import paddle
 import pytest
 
 import paddle_ngraph
@@ -10,20 +9,6 @@ from paddle_ngraph.zoo.models import MODELS, build_program
 import cflow_models as cm
 import fallback_models as fm
 from harness import IRS, ir_guard
-
-
-def executed_plan(main, startup):
-    """What transpile executed: the plan its engines carry, as unsupported_ops reports it."""
-    scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
-        paddle.static.Executor(paddle.CPUPlace()).run(startup)
-        before = {e.id for e in paddle_ngraph.engines()}
-        paddle_ngraph.transpile(main, backend="INTERPRETER")
-        made = [e for e in paddle_ngraph.engines() if e.id not in before]
-    plans = {id(e.plan) for e in made}
-    assert len(plans) == 1 and [e.segment for e in made] == made[0].plan.segments
-    paddle_ngraph.release(main)
-    return made[0].plan.left_to_paddle()
 
 
 def programs():
@@ -40,7 +25,7 @@ def test_unsupported_ops_is_the_executed_plan(label, ir, build):
     with ir_guard(ir):
         main, startup = build()
         reported = paddle_ngraph.unsupported_ops(main, backend="INTERPRETER")
-        assert reported == executed_plan(main, startup)
+        assert reported == fm.executed_plan(main, startup)
     if label.startswith("zoo:"):
         assert reported == []
     else:
