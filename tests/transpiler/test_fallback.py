@@ -328,3 +328,32 @@ def test_constants_kept_for_paddle_ops_make_no_segment_of_their_own(ir, backend)
                     paddle_ngraph.transpile(main, backend=backend)
                 runs.append([float(exe.run(main, feed={"x": x}, fetch_list=[loss])[0]) for x in xs])
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ir", IRS)
+@pytest.mark.parametrize("rows", [0, 3])
+def test_engine_outputs_keep_their_shape_with_an_empty_batch(ir, rows):
+    """Values an engine hands to Paddle (the input of a Paddle op, a fetched value) have Paddle's
+    shape, also when a dimension is 0: a batch of no rows gives (0, 3), not an empty vector."""
+    import paddle
+
+    def build():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 4], "float32")
+            h = paddle.nn.functional.relu(paddle.nn.Linear(4, 3)(x))
+            return main, startup, [h, paddle.logcumsumexp(h, axis=1)]  # logcumsumexp: no converter
+
+    feed = {"x": np.arange(rows * 4, dtype="float32").reshape(rows, 4)}
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with ir_guard(ir):
+        main, startup, fetch = build()
+        with paddle.static.scope_guard(paddle.static.Scope()):
+            exe.run(startup)
+            expected = exe.run(main, feed=feed, fetch_list=fetch)
+            paddle_ngraph.transpile(main, fetch_list=fetch)
+            got = exe.run(main, feed=feed, fetch_list=fetch)
+    assert "logcumsumexp" in " ".join(op_types(main))
+    for value, reference in zip(got, expected):
+        assert value.shape == reference.shape == (rows, 3)
+        np.testing.assert_allclose(value, reference, rtol=1e-6)
