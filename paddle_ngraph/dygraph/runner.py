@@ -40,6 +40,7 @@ from ..frontend.dygraph import (GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREF
                                 RefusedCaptureError, capture, trace)
 from ..ir.roles import Role, written_back
 from ..backends.base import write_back, writeback_positions
+from ..distributed.agreement import agree
 from ..ir import Function
 from ..ir.groups import RankLayout
 from ..passes.pipeline import Facts, build_passes, run_pipeline
@@ -635,7 +636,7 @@ class LayerEngine:
     def _ranks_agree(self, compiled) -> bool:
         """Whether every rank's backward of this step can run the bucketed AllReduce with the others':
         the same parameters get gradients and the backward functions are the same. One small
-        AllReduce (the maximum of a key and of its negative) at each synchronized backward, so that
+        AllReduce (distributed.agreement) at each synchronized backward, so that
         the ranks agree at every step, whatever signature each meets: ranks given batches of
         different sizes (Paddle's sparse_embedding_diff_length tests, or a last batch smaller on
         one rank) capture functions of other shapes, and a rank meeting a new one would otherwise
@@ -654,10 +655,8 @@ class LayerEngine:
             positions = [names.index(g) for g in compiled.capture.grads]
             lines = [repr(positions), *function_fingerprint(compiled.backward_sync_function)]
             digest = hashlib.sha256("\n".join(lines).encode()).digest()
-            compiled.agreement_key = float(int.from_bytes(digest[:6], "big"))  # exact in a float64
-        key = compiled.agreement_key
-        highest = self.dp_transport.allreduce(np.array([key, -key]), "max", name="dygraph_agreement")
-        if highest[0] == -highest[1]:
+            compiled.agreement_key = int.from_bytes(digest[:6], "big")
+        if agree(self.dp_transport, compiled.agreement_key, name="dygraph_agreement")[0]:
             return True
         if not compiled.disagreement_said:  # said by each rank for its own signature (no collective)
             compiled.disagreement_said = True

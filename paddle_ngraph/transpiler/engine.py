@@ -35,6 +35,7 @@ from ..ir.ops.collective import COLLECTIVE_OPS
 from ..ir.roles import FETCH_PREFIX
 from ..ir.types import PADDLE_DATATYPE, PADDLE_DATATYPE_CODE, DType
 from ..backends.base import check_input, write_back
+from ..distributed.agreement import agree
 from .schedules import Schedule, Variant
 
 _ids = itertools.count(1)
@@ -347,16 +348,15 @@ class Engine:
         engine, and would go on into collectives that do not match. The start-up consistency check
         compares each program once, at its first step, and cannot see this. Where every rank is at
         its engine's first step, that check follows and names the first differing op."""
-        key = self.identity
         later = 0 if self._on_first_run is not None else 1
-        flags = self.transport.allreduce(np.array([1 if problem else 0, key, -key, later], dtype=np.int32), "max",
-                                         name="input_check")
-        if flags[1] != -flags[2] and flags[3]:  # the largest identity is not the smallest, past the first step
+        same, (any_problem, any_later) = agree(self.transport, self.identity, (1 if problem else 0, later),
+                                               name="input_check")
+        if not same and any_later:  # different programs, past the first step (where the start-up sync names them)
             running = self.transport.allgather_object(self.describe())
             details = "; ".join(f"rank {r}: {what}" for r, what in enumerate(running))
             raise ExecutionError(f"step {self.steps}: the ranks are running different transpiled programs at this "
                                  f"exe.run, so every rank stops: {details}")
-        if not flags[0]:
+        if not any_problem:
             return
         problems = self.transport.allgather_object(problem)
         bad = [r for r, p in enumerate(problems) if p]
