@@ -13,6 +13,7 @@ from ..ir import Output
 from ..ir.bfloat16 import widen
 from ..ir.ops import Constant
 from ..ir.types import DType
+from .constant_folding import folded_value
 from .program_view import OpView, normalize
 
 _REQUIRED = object()
@@ -58,10 +59,15 @@ class NodeContext:
         return [self.session.value(n, self) for n in entry if n is not None]
 
     def const_input(self, *names, index: int = 0) -> np.ndarray:
-        """The value of an input that must be a compile-time constant (PIR ``full_int_array``)."""
+        """The value of an input that must be a compile-time constant (PIR ``full_int_array``, or
+        arithmetic on constants such as a static shape: ``constant_folding``)."""
         value = self.input(*names, index=index)
         if not isinstance(value.node, Constant):
-            raise self.fail(f"input {'/'.join(names)} must be a constant known at conversion time")
+            # Computed from constants only (bounds derived from a static shape): its value now.
+            folded = folded_value(value)
+            if folded is None:
+                raise self.fail(f"input {'/'.join(names)} must be a constant known at conversion time")
+            return folded
         if value.dtype is DType.bfloat16:  # its bits, as the numbers they stand for
             return widen(value.node.attrs["value"])
         return value.node.attrs["value"]

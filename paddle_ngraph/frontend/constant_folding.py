@@ -1,0 +1,62 @@
+"""The value of a small graph of constants, for converters that need an operand at conversion time.
+
+Paddle computes slice bounds, reshape targets and the like from shapes at run time:
+``j = paddle.shape(x)[1] - 1 - i`` then ``paddle.slice(x, axes=[1], starts=[j], ends=[j + 1])``
+(a reversed recurrence in Paddle's own models). The shape converter makes a ``Constant`` of a static
+shape, but the arithmetic after it (slice, subtract, stack, ...) makes ordinary nodes, so a converter
+asking for the bounds found no ``Constant`` and refused the op: it ran in Paddle, its output lost its
+static shape, and the ops reading that output were refused in turn. Such a graph depends on nothing
+but constants; evaluating it here with the reference kernels gives the number Paddle's own kernels
+compute (integer arithmetic on shapes), once, at conversion time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Output
+from ..ir.ops import Constant
+
+# Folding is for shapes and indices: a larger graph of constants is left as it is (its nodes then
+# run on the engine at every step, as before).
+MAX_FOLDED_ELEMENTS = 1024
+# Ops whose result is not a function of their operands alone.
+_NOT_FOLDABLE = frozenset({"DropoutMask", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"})
+
+
+def _constant_graph(value: Output) -> list | None:
+    """The nodes ``value`` depends on, operands first, if each is a constant or a deterministic
+    op of constants with small outputs; None otherwise (a graph input or a random op reached)."""
+    order, seen, stack = [], set(), [(value.node, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        if not isinstance(node, Constant):
+            if not node.inputs or node.op_type in _NOT_FOLDABLE:
+                return None  # a Parameter (graph input), or not a function of its operands
+            if any(int(np.prod(t.shape)) > MAX_FOLDED_ELEMENTS or not t.is_static for t in node.output_types):
+                return None
+        stack.append((node, True))
+        stack.extend((i.node, False) for i in node.inputs)
+    return order
+
+
+def folded_value(value: Output) -> np.ndarray | None:
+    """``value`` computed now, if it depends on constants only (see the module's docstring)."""
+    nodes = _constant_graph(value)
+    if nodes is None:
+        return None
+    from ..backends.interpreter.bfloat16 import kernel_for
+    from ..backends.interpreter.kernels import KERNELS
+
+    if any(n.op_type not in KERNELS for n in nodes):
+        return None
+    results: dict[int, list] = {}
+    for node in nodes:
+        args = [results[i.node.id][i.index] for i in node.inputs]
+        results[node.id] = kernel_for(node, KERNELS)(node, args, None)
+    return np.asarray(results[value.node.id][value.index])
