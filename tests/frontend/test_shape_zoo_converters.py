@@ -168,6 +168,17 @@ def test_full_like_dtype(ir, dtype):
     check_against_paddle(lambda x: paddle.full_like(x, 2.0, dtype=dtype) + 0, {"x": x}, ir=ir, grads=False)
 
 
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_full_like_undefined_dtype_pir(dtype):
+    """PIR's full_like with DataType.UNDEFINED (as Paddle's backward emits for the zero gradient of a
+    tensor array's element) makes X's dtype, as Paddle's FullLikeInferMeta does."""
+    from paddle.base import core
+
+    x = normal((2, 3)).astype(dtype)
+    check_against_paddle(lambda x: paddle._C_ops.full_like(x, 2.0, core.DataType.UNDEFINED, paddle.CPUPlace()) + 0,
+                         {"x": x}, ir="pir", grads=False)
+
 # --- expand, expand_as, tile ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("ir", IRS)
 @pytest.mark.parametrize("dtype", DTYPES)

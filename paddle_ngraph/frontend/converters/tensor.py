@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Output, ops
+from ...ir.types import DType
 from .helpers import constant, paddle_dtype
 from .registry import converter
 from .shape import zeros_like
@@ -31,11 +32,20 @@ def full_int_array(ctx):
     ctx.set_output(("Out", "out"), ops.Constant(np.asarray(ctx.attr("value"), dtype=dtype.numpy).reshape(-1)).output())
 
 
+def _like_dtype(attr, x: Output) -> DType:
+    """The dtype a ``*_like`` op makes: its attribute, or X's where the attribute says "X's dtype":
+    legacy fill_any_like's -1 (the zero grad of an unused split output), PIR's ``DataType.UNDEFINED``
+    (the zero gradients Paddle's backward makes for the slots of a tensor array, as Paddle's
+    FullLikeInferMeta takes X's dtype for it)."""
+    if attr in (-1, None) or str(attr).lower().split(".")[-1] == "undefined":
+        return x.dtype
+    return paddle_dtype(attr)
+
+
 @converter("fill_any_like", "pd_op.full_like")
 def full_like(ctx):
     x = ctx.input("X", "x")
-    # Legacy fill_any_like says dtype -1 for "X's dtype" (the zero grad of an unused split output).
-    dtype = x.dtype if ctx.attr("dtype", default=-1) in (-1, None) else paddle_dtype(ctx.attr("dtype"))
+    dtype = _like_dtype(ctx.attr("dtype", default=-1), x)
     if ctx.has_input("value"):
         value = ctx.const_input("value").reshape(-1)[0]
     else:
