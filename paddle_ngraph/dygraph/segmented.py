@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..frontend import OP_TABLE, SKIPPED_OPS, ConversionSession
-from ..frontend.program_view import FORWARD
+from ..frontend.dygraph import source_line
+from ..frontend.program_view import DENSE, FORWARD
 from ..ir import Function
 from ..ir.roles import Role, fetch_result, result_role
 from ..passes.pipeline import Facts, build_passes, run_pipeline
@@ -80,6 +81,25 @@ def plan_pieces(traced, lacking: set) -> list[Piece]:
             pieces.append(Piece(len(pieces), phase, on_engine, [op]))
     _wire(traced, pieces)
     return pieces
+
+
+def non_dense_crossing(view, pieces: list[Piece]) -> str | None:
+    """Why the pieces cannot run, if a value other than a dense tensor passes between two of them:
+    pieces exchange NumPy arrays, and a tensor array (``paddle.tensor.create_array``, written and
+    read by ops the engine lacks) has none to give; Paddle's executor then failed fetching it
+    (``Tensor holds no memory``) instead of the Layer running eagerly. None where every value that
+    crosses is dense."""
+    made_by = {name: op for piece in pieces for op in piece.ops for name in op.output_names()}
+    for piece in pieces:
+        for name in piece.inputs + piece.outputs:
+            info = view.vars.get(name)
+            if info is None or info.kind == DENSE:
+                continue
+            op = made_by.get(name)
+            origin = f" (made by {op.type} at {source_line(op)})" if op is not None else ""
+            return (f"its {info.kind} {name}{origin} would pass between the engine's segments and the ops "
+                    f"left to Paddle, which exchange dense tensors only")
+    return None
 
 
 def _updates_state(view, op) -> bool:
@@ -167,6 +187,9 @@ class SegmentedCompiled:
                    if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused}
         self.traced = traced
         self.pieces = plan_pieces(traced, lacking)
+        crossing = non_dense_crossing(view, self.pieces)
+        if crossing:
+            raise ConversionError(crossing)
         self.reasons = {op.type: ("no converter" if op.type not in OP_TABLE else _LOCATION.sub("", refused[id(op)]))
                         for piece in self.pieces if not piece.on_engine for op in piece.ops}
         graph_inputs = set(traced.data) | set(traced.params) | {s for s in traced.seeds if s is not None}

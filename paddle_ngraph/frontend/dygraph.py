@@ -214,7 +214,7 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
     ops = [op for op in view.ops if op.block == 0]
     flow = [op for op in ops if op.type in _CONTROL_FLOW]
     if flow:
-        found = list(dict.fromkeys(f"{op.type} at {_source_line(op)}" for op in flow))
+        found = list(dict.fromkeys(f"{op.type} at {source_line(op)}" for op in flow))
         # The backward of a PyLayer traces as a second pd_op.pylayer without a line: the first says it.
         known = [f for f in found if not f.endswith(" an unknown line")]
         where = "; ".join(known or found)
@@ -231,7 +231,7 @@ def trace(layer, args: list, training: bool, with_grad: bool) -> Traced:
                   x_grads, p_grads)
 
 
-def _source_line(op) -> str:
+def source_line(op) -> str:
     """``file:line (code)`` of the user's code that made a traced op: the innermost frame of its PIR
     call stack outside Paddle and this package. A ``pd_op.if``/``while`` records none: its
     condition's does (the comparison on the ``if`` line). ``an unknown line`` where neither does."""

@@ -99,6 +99,41 @@ def test_numpy_in_forward_runs_eagerly_naming_the_layer_and_line(ngraph_logs):
     assert model.engine.steps == 0 and model.engine.eager_steps == 2
 
 
+
+class ArrayState(paddle.nn.Layer):
+    """Keeps its state in a tensor array (``paddle.tensor.create_array``, as Paddle's seq2seq test
+    model does for its encoder's hidden states): the array ops have no converter."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(sm.FEATURES, sm.FEATURES)
+
+    def forward(self, x):
+        states = paddle.tensor.create_array("float32")
+        states = paddle.tensor.array_write(self.fc(x), paddle.zeros([1], "int64"), array=states)
+        return F.tanh(states[0])
+
+
+def test_a_tensor_array_between_segments_runs_eagerly_naming_the_layer_and_line(ngraph_logs):
+    """Pieces exchange NumPy arrays; a tensor array has none (Paddle's executor failed fetching it)."""
+    lines, first = inspect.getsourcelines(ArrayState.forward)
+    line = first + next(k for k, text in enumerate(lines) if "array_write" in text)
+    x = np.random.default_rng(4).standard_normal((3, sm.FEATURES)).astype("float32")
+    paddle.seed(0)
+    reference = ArrayState()
+    model = paddle_ngraph.DataParallel(ArrayState())
+    model.set_state_dict(reference.state_dict())
+    for m in (reference, model):
+        for _ in range(2):
+            m(paddle.to_tensor(x)).sum().backward()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-6, err_msg=p.name)
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "Layer ArrayState" in said[0] and "tensor_array" in said[0], said
+    assert f"{os.path.abspath(__file__)}:{line}" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 2
+
 def train_on_this_rank(cases):
     """On every rank: each (layer, optimizer, backend, micro-batches) on this rank's half of every batch."""
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PADDLE_TRAINER_ID", 0)))
