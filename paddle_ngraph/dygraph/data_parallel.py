@@ -92,6 +92,29 @@ def check_paddle_arguments(given: dict, nranks: int):
                      "bucket_mb", name, given[name])
 
 
+_BY_POSITION = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def positional_inputs(layer, inputs: tuple, kwargs: dict) -> tuple | None:
+    """``inputs`` and ``kwargs`` as one positional tuple by ``layer.forward``'s signature:
+    ``model(img, label=label)`` (Paddle's own MNIST test model) is ``model(img, label)``. Only where
+    every keyword names a parameter after ``inputs`` that can be given by position and no parameter
+    between them is left out (its default would have to be passed as an input); else None, and the
+    Layer runs eagerly with the keywords as given."""
+    try:
+        parameters = list(inspect.signature(layer.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in parameters if p.kind in _BY_POSITION]
+    later = names[len(inputs):]
+    if not set(kwargs) <= set(later):
+        return None
+    count = max(later.index(k) for k in kwargs) + 1
+    if any(name not in kwargs for name in later[:count]):
+        return None
+    return tuple(inputs) + tuple(kwargs[name] for name in later[:count])
+
+
 class DataParallel(paddle.nn.Layer):
     """Wraps ``layer``; ``configs`` are the keys of ``strategy.ngraph_configs`` (``paddle_ngraph.Config``;
     configs/defaults.yaml), resolved as for static training; zero_stage, accumulate_steps and
@@ -154,7 +177,11 @@ class DataParallel(paddle.nn.Layer):
 
     def forward(self, *inputs, **kwargs):
         if kwargs:
-            return self._engine.eager(inputs, "keyword inputs (the engine captures positional tensors)", kwargs)
+            bound = positional_inputs(self._layers, inputs, kwargs)
+            if bound is None:
+                return self._engine.eager(inputs, "keyword inputs the engine cannot pass by position (it captures "
+                                                  "positional tensors)", kwargs)
+            inputs = bound
         return self._engine.call(inputs)
 
     @contextlib.contextmanager

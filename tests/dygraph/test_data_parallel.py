@@ -429,6 +429,51 @@ def test_inputs_of_other_kinds_still_run_eagerly(ngraph_logs):
     assert model.engine.eager_steps == 1 and model.engine.steps == 0
 
 
+
+class WithLabel(nn.Layer):
+    """Paddle's own dygraph-to-static MNIST model is called ``model(img, label=label)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, inputs, label=None, scale=None):
+        logits = self.fc(inputs) if scale is None else self.fc(inputs) * scale
+        return logits, F.cross_entropy(logits, label)
+
+
+def test_keyword_inputs_by_position_are_captured_and_train_like_paddle():
+    rng = np.random.default_rng(8)
+    xs, ys = rng.standard_normal((3, 4, 6)).astype("float32"), rng.integers(0, 3, (3, 4, 1))
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(12)
+        layer = WithLabel()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.Adam(0.01, parameters=model.parameters())
+        losses = []
+        for x, y in zip(xs, ys):
+            _, loss = model(paddle.to_tensor(x), label=paddle.to_tensor(y))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+        runs.append((losses, [p.numpy() for p in model.parameters()]))
+    assert model.engine.steps == 3 and model.engine.eager_steps == 0  # captured, not run eagerly
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    for got, ref in zip(runs[1][1], runs[0][1]):
+        assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_keyword_inputs_leaving_a_parameter_out_run_eagerly(ngraph_logs):
+    """``scale=`` without ``label``: label's default would have to be passed as an input."""
+    model = paddle_ngraph.DataParallel(WithLabel())
+    with pytest.raises(Exception):  # label None: Paddle's own error, eagerly
+        model(paddle.ones([2, 6]), scale=paddle.ones([1]))
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1 and "keyword inputs" in said[0], said
+    assert model.engine.eager_steps == 1 and model.engine.steps == 0
+
 def test_paddle_data_parallels_own_arguments_are_taken():
     """paddle.DataParallel(layer, strategy, comm_buffer_size=25, last_comm_buffer_size=1,
     find_unused_parameters=False, group=None): Paddle's tests call it so (test_dist_base.py passes a
