@@ -15,12 +15,13 @@ import numpy as np
 
 from ..ir import Output
 from ..ir.ops import Constant
+from ..ir.ops.collective import COLLECTIVE_OPS
 
 # Folding is for shapes and indices: a larger graph of constants is left as it is (its nodes then
 # run on the engine at every step, as before).
 MAX_FOLDED_ELEMENTS = 1024
 # Ops whose result is not a function of their operands alone.
-_NOT_FOLDABLE = frozenset({"DropoutMask", "AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv"})
+_NOT_FOLDABLE = COLLECTIVE_OPS | {"DropoutMask"}
 
 
 def _constant_graph(value: Output) -> list | None:
