@@ -176,6 +176,12 @@ class Compiled:
         self.disagreement_said = False
         self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
 
+    def agreement_lines(self) -> list[str]:
+        """What the ranks' synchronized backward passes must share to pair up their collectives."""
+        from ..distributed import function_fingerprint
+
+        return function_fingerprint(self.backward_sync_function)
+
     def _binding(self, parameters) -> list[tuple[str, object]]:
         """Where each function parameter comes from: ('arg', i), ('param', name), ('seed', i), ('saved', k)."""
         inputs = {n: i for i, n in enumerate(self.capture.inputs)}
@@ -248,6 +254,8 @@ def _engine_call_class():
 
 
 _ENGINE_CALL = None
+# What an eager backward gives the ranks' agreement (_ranks_agree): no captured program's key.
+EAGER_AGREEMENT_KEY = 0
 _ids = itertools.count(1)
 
 
@@ -282,6 +290,7 @@ class LayerEngine:
         self.eager_steps = 0
         self.sync_gradients = True  # False inside no_sync()
         self._eager_armed = False   # an eager backward has reached the Layer: average after it
+        self._eager_disagreement_said = False
         self.unsynced = False       # gradients accumulated under no_sync, not yet averaged
         self._params = None
         self._tensor_ids: tuple = ()  # ids of the Layer's parameters and buffers when captured
@@ -515,20 +524,31 @@ class LayerEngine:
         import paddle
 
         def reached(grad):
-            self._average_after_this_backward()
+            self._average_after_this_backward(agree_first=True)
             return None
 
         for tensor in paddle.utils.flatten(outputs):
             if isinstance(tensor, paddle.Tensor) and not tensor.stop_gradient:
                 tensor.register_hook(reached)
 
-    def _average_after_this_backward(self):
-        """Called during a backward: averages the Layer's gradients once it is over (``_allreduce_eager_grads``)."""
+    def _average_after_this_backward(self, agree_first: bool = False):
+        """Called during a backward: averages the Layer's gradients once it is over (``_allreduce_eager_grads``).
+        ``agree_first`` (an eager backward): first meets the other ranks at the agreement an engine's
+        backward starts with (``_ranks_agree``), with a key no captured program has. A rank that runs
+        this Layer on the engine at this step (its forward could be captured there, not here: Python
+        state changed on this rank only) then learns that the ranks differ and averages after its
+        backward too, instead of waiting in a bucketed AllReduce this rank never runs."""
         from paddle.base import core
 
         if self._eager_armed:  # several outputs or forwards, one backward: one average
             return
         self._eager_armed = True
+        if agree_first and not agree(self.dp_transport, EAGER_AGREEMENT_KEY, name="dygraph_agreement")[0]:
+            if not self._eager_disagreement_said:
+                self._eager_disagreement_said = True
+                log.warning("%sLayer %s runs eagerly here while another rank runs it on the engine at this step; "
+                            "both average the gradients after the backward", self.rank_prefix(),
+                            type(self.layer).__name__)
 
         def after_backward():
             self._eager_armed = False
@@ -609,7 +629,7 @@ class LayerEngine:
             seeds.append(_view(g) if g is not None else np.zeros(cap.backward.parameter(f"{SEED_PREFIX}{k}")
                                                                   .output_types[0].shape, np.float32))
         sync = record.sync
-        rank_dependent = sync and not self._ranks_agree(compiled)
+        rank_dependent = sync and not self._ranks_agree(compiled, record.args)
         pending_local = sync and self.unsynced and not rank_dependent
         if sync and not pending_local and not rank_dependent:
             executable = compiled.backward_sync
@@ -633,7 +653,7 @@ class LayerEngine:
             return delivered
         return self._deliver(cap, grads, xgrads, sync, pending_local, num_args)
 
-    def _ranks_agree(self, compiled) -> bool:
+    def _ranks_agree(self, compiled, inputs) -> bool:
         """Whether every rank's backward of this step can run the bucketed AllReduce with the others':
         the same parameters get gradients and the backward functions are the same. One small
         AllReduce (distributed.agreement) at each synchronized backward, so that
@@ -649,23 +669,21 @@ class LayerEngine:
         if compiled.agreement_key is None:
             import hashlib
 
-            from ..distributed import function_fingerprint
-
             names = list(self.named_tensors())
             positions = [names.index(g) for g in compiled.capture.grads]
-            lines = [repr(positions), *function_fingerprint(compiled.backward_sync_function)]
+            lines = [repr(positions), *compiled.agreement_lines()]
             digest = hashlib.sha256("\n".join(lines).encode()).digest()
-            compiled.agreement_key = int.from_bytes(digest[:6], "big")
+            compiled.agreement_key = int.from_bytes(digest[:6], "big") or EAGER_AGREEMENT_KEY + 1
         if agree(self.dp_transport, compiled.agreement_key, name="dygraph_agreement")[0]:
             return True
         if not compiled.disagreement_said:  # said by each rank for its own signature (no collective)
             compiled.disagreement_said = True
             log.warning("%sLayer %s (inputs %s): the ranks' captured programs differ at this step (other input "
-                        "shapes, or Python in the forward that depends on the rank); each rank's backward runs on "
+                        "shapes, Python in the forward that depends on the rank, or a rank running the Layer eagerly); "
+                        "each rank's backward runs on "
                         "the engine without AllReduce and the gradients are averaged after it, zeros where a rank "
                         "has none, as paddle.DataParallel(find_unused_parameters=True)", self.rank_prefix(),
-                        type(self.layer).__name__, [list(p.output_types[0].shape) for p in compiled.capture.forward.parameters
-                                                    if p.name in compiled.capture.inputs])
+                        type(self.layer).__name__, [list(a.shape) for a in inputs])
         return False
 
     def _run_segmented_backward(self, record: _Saved, output_grads, num_args: int) -> list:
@@ -674,8 +692,9 @@ class LayerEngine:
         compiled = record.compiled
         seeds = [_view(g) if g is not None else zeros for g, zeros in zip(output_grads, compiled.seed_types)]
         sync = record.sync
-        pending_local = sync and self.unsynced
-        transport = self.dp_transport if sync and not pending_local else None
+        rank_dependent = sync and not self._ranks_agree(compiled, record.args)
+        pending_local = sync and self.unsynced and not rank_dependent
+        transport = self.dp_transport if sync and not pending_local and not rank_dependent else None
         grads, input_grads, averaged = compiled.backward(record.args, self.param_views(), record.saved, seeds,
                                                          transport)
         record.done = True
@@ -694,6 +713,11 @@ class LayerEngine:
                                                         name="dygraph_paddle_grads")
                 for k, value in zip(positions, reduced):
                     np.copyto(grads[k], value, casting="no")
+        if rank_dependent:  # as for a Layer captured whole (run_backward)
+            delivered = self._deliver(compiled.capture, grads, input_grads, False, False, num_args)
+            self.unsynced = False
+            self._average_after_this_backward()
+            return delivered
         return self._deliver(compiled.capture, grads, input_grads, sync, pending_local, num_args)
 
     def _deliver(self, cap, grad_values, xgrad_values: dict, sync: bool, pending_local: bool, num_args: int) -> list:

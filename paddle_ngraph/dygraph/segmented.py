@@ -220,6 +220,8 @@ class SegmentedCompiled:
         self.trains = any(s is not None for s in traced.seeds) and bool(grads or input_grads)
         self.pending = None  # the runner's record of the last training forward, until its backward
         self.lone_output = None  # whether the Layer returns one tensor (LayerEngine._pack)
+        self.agreement_key = None  # the runner's _ranks_agree: see agreement_lines
+        self.disagreement_said = False
         # Shapes and dtypes of the output gradients, for an output autograd hands none for.
         self.seed_types = [np.zeros(tuple(view.vars[n].shape), np.dtype(view.vars[n].dtype.value))
                            for n in traced.outputs]
@@ -241,6 +243,18 @@ class SegmentedCompiled:
                 runner.average(engine, mine)
                 averaged.update(mine)
         return averaged
+
+    def agreement_lines(self) -> list[str]:
+        """What the ranks' synchronized backward passes must share to pair up their collectives: the
+        pieces in order, where each runs, and each backward engine segment's function (its
+        gradient buckets)."""
+        from ..distributed import function_fingerprint
+
+        lines = [repr([(p.on_engine, p.phase, len(p.ops)) for p in self.pieces])]
+        for piece, runner in zip(self.pieces, self.runners):
+            if piece.on_engine and piece.phase == BACKWARD_PHASE:
+                lines += function_fingerprint(runner.function)
+        return lines
 
     # --- what the runner reports ------------------------------------------------------------------
     def summary(self) -> str:

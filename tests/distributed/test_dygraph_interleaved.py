@@ -191,3 +191,76 @@ def test_ranks_with_batches_of_different_sizes_average_like_paddle(dynamic_mode,
                 want = (own[0][step][name] + own[1][step][name]) / 2
                 np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
                                            err_msg=f"rank {rank} step {step} {name}")
+
+
+def _counting_mlp(rank, segmented):
+    """The MLP, whose forward on rank 1 counts its calls in a Python attribute: that rank runs it
+    eagerly (a captured program would freeze the count), rank 0 on the engine; ``segmented``: with
+    an op the engine lacks in the middle (logcumsumexp), which rank 0 runs in Paddle between two
+    engine segments."""
+    import paddle
+
+    class CountingOnRank1(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = paddle.nn.Linear(IN, OUT), paddle.nn.Linear(OUT, 3)
+            self.calls = 0
+
+        def forward(self, x):
+            if rank == 1:
+                self.calls += 1
+            h = paddle.tanh(self.first(x))
+            if segmented:
+                h = paddle.logcumsumexp(h, axis=1)
+            return self.second(h)
+
+    return CountingOnRank1()
+
+
+def _mixed_on_this_rank(segmented):
+    import paddle
+    import paddle_ngraph
+
+    rank = paddle.distributed.get_rank()
+    paddle.seed(9)
+    layer = _counting_mlp(rank, segmented)
+    model = paddle_ngraph.DataParallel(layer)
+    initial = {n: p.numpy().copy() for n, p in layer.named_parameters()}
+    seen = []
+    for x in _uneven_batches(rank, "last"):
+        model(paddle.to_tensor(x)).mean().backward()
+        seen.append(_grads(layer))
+        model.clear_gradients()
+    segments = [c.segmented for c in model.engine.compiled.values() if c is not None]
+    return initial, seen, (model.engine.steps, model.engine.eager_steps, model.engine.updates), segments
+
+
+@pytest.mark.parametrize("segmented", [False, True], ids=["whole", "segmented"])
+def test_a_rank_running_the_layer_eagerly_beside_one_on_the_engine_averages_like_paddle(dynamic_mode, segmented):
+    """One rank's forward cannot be captured (Python state changed on that rank only), the other's
+    is, whole or in segments around an op left to Paddle: the eager rank's averaging after backward
+    and the engine rank's bucketed AllReduce would not pair up. The ranks find out at the backward's
+    agreement, and the engine rank averages after its backward too, as the eager rank does."""
+    import paddle
+
+    results = run_ranks(_mixed_on_this_rank, 2, segmented, timeout=120).results
+    initial = results[0][0]
+    own = []
+    for rank in range(2):
+        net = _counting_mlp(rank, segmented)
+        net.set_state_dict({n: paddle.to_tensor(v) for n, v in initial.items()})
+        steps = []
+        for x in _uneven_batches(rank, "last"):
+            net(paddle.to_tensor(x)).mean().backward()
+            steps.append(_grads(net))
+            net.clear_gradients()
+        own.append(steps)
+    steps = len(own[0])
+    assert [engine for _, _, engine, _ in results] == [(steps, 0, steps), (0, steps, steps)]
+    assert results[0][3] and set(results[0][3]) == {segmented}  # rank 0's captures: whole or segmented
+    for rank, (_, seen, _, _) in enumerate(results):
+        for step, got in enumerate(seen):
+            for name in initial:
+                want = (own[0][step][name] + own[1][step][name]) / 2
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"rank {rank} step {step} {name}")
