@@ -254,6 +254,8 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     unaveraged: list = []
     segments = _average_gradients_of_paddle_updates(block0, fallback, segments, segment_of, unaveraged)
     _order_inputs(view, block0, fallback, segments, kept)
+    if segments:
+        _give_the_first_segment_an_input(view, segments[0])
     for seg in segments:
         if len(seg.outputs) > MAX_VALUES:
             raise ConversionError(
@@ -537,6 +539,22 @@ def _average_gradients_of_paddle_updates(block0: _Block, fallback: list, segment
 def _kind(block0: _Block, name: str) -> str:
     info = block0.view.vars.get(name)
     return info.kind if info is not None else DENSE
+
+
+def _give_the_first_segment_an_input(view, seg):
+    """A first segment computing from constants alone (a loop's counter and bound, compared before
+    a ``while`` that Paddle runs) reads nothing, and Paddle's custom operators refuse an empty
+    input list (the process aborted in the rewrite). Later segments read the previous one's token.
+    Such a segment reads a feed, else a parameter, for order only: both exist before any op runs."""
+    if seg.inputs or seg.handed_in or seg.after or seg.before_op is not None:
+        return
+    declared = [name for name, info in view.vars.items() if info.dtype is not None and (info.is_data or info.persistable)]
+    feeds = [name for name in declared if view.vars[name].is_data]
+    if not declared:
+        raise ConversionError(f"engine segment 0 (ops {seg.ops[0].location()} ... {seg.ops[-1].location()}) reads "
+                              f"nothing, and the program has no feed or parameter it could wait for: a program "
+                              f"computing from constants alone has nothing to run on the engine (run it untranspiled)")
+    seg.after = [(feeds or declared)[0]]
 
 
 def _order_inputs(view, block0: _Block, fallback: list, segments: list, kept: list = ()):
