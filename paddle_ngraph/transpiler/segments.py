@@ -603,8 +603,10 @@ def _order_inputs(view, block0: _Block, fallback: list, segments: list, kept: li
     previous_position = -1
     for seg in segments:
         start = block0.position[id(seg.first)]
+        # Not a PIR builtin.split's: it unpacks its producer's vector, which orders the segment
+        # already, and its elements may hold no memory (einsum's inner cache and xshape).
         seg.after = [order_output(op) for op in fallback
-                     if previous_position < block0.position[id(op)] < start]
+                     if previous_position < block0.position[id(op)] < start and op.type != "builtin.split"]
         seg.after += [order_output(op) for op in kept if id(op) not in fallback_ids and op.input_names()
                       and block0.position[id(op)] < start and reads_state_it_updates(op, seg)]
         seg.after = list(dict.fromkeys(seg.after))
