@@ -93,6 +93,11 @@ def non_dense_crossing(view, pieces: list[Piece]) -> str | None:
     for piece in pieces:
         for name in piece.inputs + piece.outputs:
             info = view.vars.get(name)
+            auxiliary = _auxiliary_element(made_by, name)
+            if auxiliary is not None:
+                return (f"{auxiliary.type} at {source_line(auxiliary)} gives its backward values that may hold "
+                        f"no memory (its {', '.join(_auxiliary_slots(auxiliary))}), which would pass between the "
+                        f"engine's segments and the ops left to Paddle")
             if info is None or info.kind == DENSE:
                 continue
             op = made_by.get(name)
@@ -100,6 +105,31 @@ def non_dense_crossing(view, pieces: list[Piece]) -> str | None:
             return (f"its {info.kind} {name}{origin} would pass between the engine's segments and the ops "
                     f"left to Paddle, which exchange dense tensors only")
     return None
+
+
+# Output slots (normalized) that Paddle's kernels may leave without memory: an ``xshape`` holds dims
+# only, einsum's ``inner_cache`` is filled only when the kernel chooses to cache.
+_NO_DATA_SLOTS = ("xshape", "innercache")
+
+
+def _auxiliary_slots(op) -> list[str]:
+    """The list outputs of ``op`` that Paddle keeps for its backward and may leave without memory."""
+    return [slot for slot in op.outputs if slot in _NO_DATA_SLOTS]
+
+
+def _auxiliary_element(made_by: dict, name: str):
+    """The op whose auxiliary list output (``_auxiliary_slots``) the PIR ``builtin.split`` making
+    ``name`` unpacks, if it does: Paddle's executor hands such an element on inside one program,
+    but fetched from a piece it has no value (the next piece's feed was None)."""
+    split = made_by.get(name)
+    if split is None or split.type != "builtin.split":
+        return None
+    [vector] = split.input_names() or [None]
+    producer = made_by.get(vector)
+    if producer is None:
+        return None
+    slots = _auxiliary_slots(producer)
+    return producer if any(vector in producer.outputs.get(slot, ()) for slot in slots) else None
 
 
 def _updates_state(view, op) -> bool:

@@ -134,6 +134,41 @@ def test_a_tensor_array_between_segments_runs_eagerly_naming_the_layer_and_line(
     assert f"{os.path.abspath(__file__)}:{line}" in said[0], said
     assert model.engine.steps == 0 and model.engine.eager_steps == 2
 
+class OuterProduct(paddle.nn.Layer):
+    """einsum (no converter) between two Linear layers: in PIR it also makes an inner cache and an
+    xshape for its backward, which Paddle's kernel may leave without memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.last = paddle.nn.Linear(sm.FEATURES, 4), paddle.nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = self.first(x)
+        return self.last(paddle.reshape(paddle.einsum("bi,bj->bij", h, h), [-1, 16]))
+
+
+def test_values_an_op_keeps_for_its_backward_between_segments_run_eagerly_naming_the_op(ngraph_logs):
+    """einsum's inner cache would pass from the piece running einsum to the one running its
+    gradient; fetched from the first, it has no value to feed the second (the backward failed)."""
+    lines, first = inspect.getsourcelines(OuterProduct.forward)
+    line = first + next(k for k, text in enumerate(lines) if "einsum" in text)
+    x = np.random.default_rng(5).standard_normal((3, sm.FEATURES)).astype("float32")
+    paddle.seed(0)
+    reference = OuterProduct()
+    model = paddle_ngraph.DataParallel(OuterProduct())
+    model.set_state_dict(reference.state_dict())
+    for m in (reference, model):
+        for _ in range(2):
+            m(paddle.to_tensor(x)).sum().backward()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-6, err_msg=p.name)
+    said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "Layer OuterProduct" in said[0] and "pd_op.einsum" in said[0] and "innercache" in said[0], said
+    assert f"{os.path.abspath(__file__)}:{line}" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 2
+
+
 def train_on_this_rank(cases):
     """On every rank: each (layer, optimizer, backend, micro-batches) on this rank's half of every batch."""
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PADDLE_TRAINER_ID", 0)))
