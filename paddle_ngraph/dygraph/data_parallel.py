@@ -95,6 +95,45 @@ def check_paddle_arguments(given: dict, nranks: int):
 _BY_POSITION = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
+def input_tensors(value) -> list:
+    """The tensors in ``value`` (a tensor, or lists, tuples and dicts of them, nested), in order."""
+    if isinstance(value, paddle.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in input_tensors(item)]
+    return []
+
+
+def broadcast_inputs(group, layer_name: str, inputs: tuple, kwargs: dict):
+    """Every tensor input, in place, to the values of the first rank of ``group`` (the model-parallel
+    group), as Paddle's ``TensorParallel`` does before each forward (``mp_configs.need_broadcast_data``,
+    on by default): the shards of one model must see one batch, else the row-parallel AllReduce sums
+    partial products of different inputs and the result is no model's. The ranks first compare
+    shapes and dtypes (Paddle would resize a tensor; here the tensors are written in place, and a
+    mismatched broadcast would fail or hang), and all raise the same ValidationError if they differ.
+    Non-tensor inputs are left as they are."""
+    from ..errors import ValidationError
+
+    tensors = input_tensors((inputs, kwargs))
+    if not tensors:
+        return
+    mine = [(tuple(t.shape), str(t.dtype)) for t in tensors]
+    everyone = group.allgather_object(mine)
+    if any(theirs != everyone[0] for theirs in everyone):
+        raise ValidationError(
+            f"Layer {layer_name}: the ranks of a model-parallel group must give inputs of the same shapes and dtypes "
+            f"(their values are the group's first rank's, as Paddle's TensorParallel broadcasts them); got "
+            + "; ".join(f"group rank {i}: {described}" for i, described in enumerate(everyone)))
+    with paddle.no_grad():
+        for tensor in tensors:
+            if tensor.is_contiguous():
+                group.broadcast(_view(tensor), root=0)
+            else:
+                tensor.set_value(group.broadcast(tensor.numpy(), root=0))
+
+
 def positional_inputs(layer, inputs: tuple, kwargs: dict) -> tuple | None:
     """``inputs`` and ``kwargs`` as one positional tuple by ``layer.forward``'s signature:
     ``model(img, label=label)`` (Paddle's own MNIST test model) is ``model(img, label)``. Only where
@@ -118,7 +157,9 @@ def positional_inputs(layer, inputs: tuple, kwargs: dict) -> tuple | None:
 class DataParallel(paddle.nn.Layer):
     """Wraps ``layer``; ``configs`` are the keys of ``strategy.ngraph_configs`` (``paddle_ngraph.Config``;
     configs/defaults.yaml), resolved as for static training; zero_stage, accumulate_steps and
-    sync_batch_norm are for static programs only. paddle.DataParallel's own arguments (``strategy``,
+    sync_batch_norm are for static programs only. With ``mp_degree`` > 1 every tensor input is first
+    set to the model-parallel group's first rank's (``broadcast_inputs``; False leaves each rank its
+    own, as Paddle's ``mp_configs.need_broadcast_data = False``). paddle.DataParallel's own arguments (``strategy``,
     also second and positional, ``comm_buffer_size``, ``last_comm_buffer_size``,
     ``find_unused_parameters``, ``group``) are taken too: ``check_paddle_arguments``."""
 
@@ -138,6 +179,7 @@ class DataParallel(paddle.nn.Layer):
         transport = shared_transport(config)
         check_paddle_arguments(paddles, transport.size)
         self._engine = LayerEngine(layer, config, transport)
+        self.broadcast_inputs = self._engine.layout.mp_degree > 1
         if transport.size > 1:
             self._broadcast_initial(transport)
 
@@ -176,6 +218,9 @@ class DataParallel(paddle.nn.Layer):
         object.__setattr__(self, "forward", types.MethodType(forward, self))
 
     def forward(self, *inputs, **kwargs):
+        if self.broadcast_inputs and self._engine.layout.mp_degree > 1:
+            broadcast_inputs(self._engine.transport.group(self._engine.layout.mp_group()),
+                             type(self._layers).__name__, inputs, kwargs)
         if kwargs:
             bound = positional_inputs(self._layers, inputs, kwargs)
             if bound is None:

@@ -50,11 +50,21 @@ def distributed_model(fleet_obj, model):
     strategy = strategy_in_effect(fleet_obj)
     check_dygraph(fleet_obj, strategy)
     wrapped = DataParallel(model, configs=features.merged_overrides(strategy))
+    wrapped.broadcast_inputs = wrapped.broadcast_inputs and need_broadcast_data(strategy)
     # What runs where (the engine, Paddle ops between its segments, or all eager) is known at the
     # Layer's first call, which logs it.
     log.info("rank %d/%d: %s wrapped for the engine (%s transport)", wrapped.engine.transport.rank,
              wrapped.engine.transport.size, type(model).__name__, wrapped.engine.transport.name)
     return wrapped
+
+
+def need_broadcast_data(strategy) -> bool:
+    """``hybrid_configs["mp_configs"].need_broadcast_data``: whether Paddle's TensorParallel would give
+    the ranks of a model-parallel group its first rank's inputs (Paddle's default: yes)."""
+    try:
+        return bool(strategy.hybrid_configs["mp_configs"].need_broadcast_data)
+    except (AttributeError, KeyError, TypeError):
+        return True
 
 
 def distributed_optimizer(fleet_obj, optimizer, strategy=None):
