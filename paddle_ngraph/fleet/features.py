@@ -254,6 +254,22 @@ UNSUPPORTED_DEGREES = ("pp_degree", "sharding_degree", "sep_degree", "cp_degree"
                        "moe_sharding_degree")
 
 
+# Switches of hybrid_configs["mp_configs"] that make fleet.meta_parallel's layers run Paddle's own
+# overlap PyLayer (an asynchronous AllReduce on Paddle's process group inside backward) or fused
+# GPU ops instead of the mp_ops functions the engine captures and replaces: the capture would stop
+# inside Paddle's PyLayer with a message that names none of them.
+UNSUPPORTED_MP_CONFIGS = ("mp_async_allreduce", "mp_skip_c_identity", "mp_fused_linear_param_grad_add")
+
+
+def unsupported_mp_configs(strategy) -> list[str]:
+    try:
+        mp_configs = strategy.hybrid_configs["mp_configs"]
+    except Exception:  # pragma: no cover - a Paddle without these configs
+        return []
+    return [f"strategy.hybrid_configs['mp_configs'].{name}=True" for name in UNSUPPORTED_MP_CONFIGS
+            if getattr(mp_configs, name, False)]
+
+
 def unsupported_features(strategy, dygraph: bool = False) -> list[str]:
     found = refused(strategy)
     try:
@@ -262,6 +278,8 @@ def unsupported_features(strategy, dygraph: bool = False) -> list[str]:
                   if d in hybrid and isinstance(hybrid[d], int) and hybrid[d] > 1]
     except Exception:  # pragma: no cover - a Paddle without these configs
         pass
+    if dygraph:
+        found += unsupported_mp_configs(strategy)
     if dygraph and enabled(strategy, "tensor_parallel"):
         found.append("strategy.tensor_parallel (it configures paddle.distributed.split in static programs; in "
                      "dygraph, fleet.meta_parallel's layers take strategy.hybrid_configs['mp_degree']: "

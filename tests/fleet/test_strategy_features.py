@@ -175,6 +175,23 @@ def test_tensor_parallel_degree_maps_onto_mp_degree():
         features.config_overrides(both)
 
 
+def test_mp_configs_that_swap_in_paddles_own_overlap_layers_are_refused_in_dygraph():
+    """mp_async_allreduce (and the skip/fuse switches that go with it) make fleet.meta_parallel's
+    linears run Paddle's own PyLayer with an asynchronous AllReduce instead of the mp_ops functions
+    the engine captures: refused by name before the first forward, not a to_static error."""
+    strategy = strategy_with(hybrid_configs={"mp_degree": 2})
+    strategy.hybrid_configs["mp_configs"].mp_async_allreduce = True
+    strategy.hybrid_configs["mp_configs"].mp_fused_linear_param_grad_add = True
+    assert features.unsupported_features(strategy, dygraph=True) == [
+        "strategy.hybrid_configs['mp_configs'].mp_async_allreduce=True",
+        "strategy.hybrid_configs['mp_configs'].mp_fused_linear_param_grad_add=True"]
+    assert features.unsupported_features(strategy) == []  # static programs do not read them
+    with pytest.raises(ConfigError, match=r"mp_configs'\]\.mp_async_allreduce=True"):
+        features.check_strategy(strategy, dygraph=True)
+    plain = strategy_with(hybrid_configs={"mp_degree": 2, "mp_configs": {"sync_param": True}})
+    assert features.unsupported_features(plain, dygraph=True) == []
+
+
 def test_refused_features_name_their_reason():
     found = features.refused(strategy_with(amp=True, dgc=True))
     assert any(f.startswith("strategy.amp (mixed precision") for f in found)
