@@ -24,7 +24,7 @@ from ..config import Config
 from ..config_sources import resolve_config
 from ..log_level import apply_log_level
 from .runner import LayerEngine, _view, check_options
-from .tensor_parallel import initial_broadcasts, sharded
+from .tensor_parallel import check_no_sequence_parallelism, initial_broadcasts, sharded
 
 log = logging.getLogger("paddle_ngraph.dygraph")
 _TRANSPORTS: dict = {}
@@ -180,6 +180,8 @@ class DataParallel(paddle.nn.Layer):
         check_paddle_arguments(paddles, transport.size)
         self._engine = LayerEngine(layer, config, transport)
         self.broadcast_inputs = self._engine.layout.mp_degree > 1
+        if self._engine.layout.mp_degree > 1:
+            check_no_sequence_parallelism(layer)
         if transport.size > 1:
             self._broadcast_initial(transport)
 

@@ -69,3 +69,23 @@ def initial_broadcasts(layout: RankLayout, names, sharded_names) -> list[tuple[t
     if layout.mp_degree > 1:
         plan.append((layout.mp_group(), [n for n in names if n not in sharded_names]))
     return plan
+
+
+SEQUENCE_PARALLEL_MODULE = "paddle.distributed.fleet.utils.sequence_parallel_utils"
+
+
+def check_no_sequence_parallelism(layer) -> None:
+    """Refuses, before any step, a Layer built for Paddle's sequence parallelism: its linears
+    (``ColumnSequenceParallelLinear``, ...) and ``ScatterOp``/``GatherOp`` are PyLayers of their own
+    that the capture cannot trace (to_static stops inside them with a message that names none of
+    them), and the parameters marked ``sequence_parallel`` get their gradients summed over the group
+    by hooks that the engine's backward does not run."""
+    parts = [f"{name or type(layer).__name__} ({type(sub).__name__})"
+             for name, sub in layer.named_sublayers(include_self=True)
+             if type(sub).__module__ == SEQUENCE_PARALLEL_MODULE]
+    parts += [f"parameter {name} (mark_as_sequence_parallel_parameter)"
+              for name, p in layer.named_parameters() if getattr(p, "sequence_parallel", False)]
+    if parts:
+        raise ConfigError(f"Layer {type(layer).__name__} uses Paddle's sequence parallelism ({SEQUENCE_PARALLEL_MODULE}), "
+                          f"which the engine does not run: {', '.join(parts)}. Use fleet.meta_parallel's "
+                          "ColumnParallelLinear and RowParallelLinear (docs/model-parallel.md)")

@@ -1,10 +1,12 @@
-"""The inputs of a tensor-parallel Layer under ``fleet.distributed_model`` (docs/model-parallel.md,
-"Dygraph"): Paddle's ``TensorParallel`` gives every rank of a model-parallel group its first rank's
+"""What ``fleet.distributed_model`` does around a tensor-parallel Layer (docs/model-parallel.md,
+"Dygraph"), besides training it: its inputs, and the Layers it refuses. Paddle's ``TensorParallel`` gives every rank of a model-parallel group its first rank's
 inputs before each forward (``mp_configs.need_broadcast_data``, on by default), so ranks fed
 different batches still train one model, the dense model on the first rank's batch. The engine
 does the same, honours ``need_broadcast_data = False``, and refuses inputs whose shapes differ
 between the ranks with a ValidationError on every rank (a broadcast of mismatched sizes would fail
-or hang). mp 2 on 2 ranks under mpirun, one job for the three.
+or hang). A Layer built from Paddle's sequence-parallel linears is refused at the wrapper with a
+ConfigError naming them (the capture cannot trace their PyLayers, and the engine's backward does not
+run the gradient hooks of the parameters they mark). mp 2 on 2 ranks under mpirun, one job for all.
 """
 import numpy as np
 import pytest
@@ -73,10 +75,33 @@ def inputs_worker():
         refused = str(e)
     dense = dense_loss_and_grads(x0)
     return {"mp_rank": mp_rank, "broadcast": broadcast, "own": own, "refused": refused, "dense": dense,
-            "x0": x0, "mine": mine}
+            "x0": x0, "mine": mine, "sequence_parallel": sequence_parallel_refusal()}
 
 
-def test_ranks_of_a_model_parallel_group_train_on_the_first_ranks_inputs():
+def sequence_parallel_refusal():
+    import paddle
+    from paddle.distributed import fleet
+    from paddle.distributed.fleet.utils import sequence_parallel_utils as spu
+    from paddle_ngraph.errors import ConfigError
+
+    class SequenceParallel(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.col = spu.ColumnSequenceParallelLinear(IN, MID, gather_output=False, has_bias=True)
+            self.norm = paddle.nn.LayerNorm(MID)
+            spu.mark_as_sequence_parallel_parameter(self.norm.weight)
+
+        def forward(self, x):
+            return self.norm(self.col(spu.ScatterOp.apply(x)))
+
+    try:
+        fleet.distributed_model(SequenceParallel())
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def test_the_wrapper_of_a_tensor_parallel_layer():
     run = run_ranks(inputs_worker, 2, timeout=120)
     for r in run.results:
         dense_loss, dense_col, dense_row = r["dense"]
@@ -90,3 +115,6 @@ def test_ranks_of_a_model_parallel_group_train_on_the_first_ranks_inputs():
         assert not np.isclose(r["own"], dense_loss, rtol=1e-3)
         assert r["refused"] is not None and "Sharded" in r["refused"] and "(3, 4)" in r["refused"] \
             and "(4, 4)" in r["refused"], r["refused"]
+        refusal = r["sequence_parallel"]
+        assert refusal is not None and "Layer SequenceParallel uses Paddle's sequence parallelism" in refusal
+        assert "col (ColumnSequenceParallelLinear)" in refusal and "parameter norm.weight" in refusal, refusal
