@@ -59,17 +59,31 @@ class _LazyGroup:
 
 def install(optimizer, config: dict, mp_degree: int) -> None:
     """Puts the tensor-parallel version of the optimizer's norm clipping in place (nothing to do
-    for ``ClipGradByValue``, elementwise and exact, or no clipping)."""
-    import paddle
-
-    clip = getattr(optimizer, "_grad_clip", None)
-    if mp_degree <= 1 or clip is None:
+    for ``ClipGradByValue``, elementwise and exact, or no clipping). With parameter groups
+    (``parameters=[{'params': ..., ...}]``) Paddle's optimizer clips each group with the group's own
+    ``grad_clip`` (a copy of the optimizer's unless the group names one), so each group's is
+    replaced too, as Paddle's ``HybridParallelOptimizer`` does."""
+    if mp_degree <= 1:
         return
     group = _LazyGroup(config, mp_degree)
+    optimizer._grad_clip = tensor_parallel_version(getattr(optimizer, "_grad_clip", None), group)
+    for param_group in getattr(optimizer, "_param_groups", None) or []:
+        if isinstance(param_group, dict) and param_group.get("grad_clip") is not None:
+            param_group["grad_clip"] = tensor_parallel_version(param_group["grad_clip"], group)
+
+
+def tensor_parallel_version(clip, group):
+    """``clip`` clipping by the dense model's norms: a new clip for ``ClipGradByGlobalNorm`` and
+    ``ClipGradByNorm``, any other (None, ``ClipGradByValue``, one already replaced) as it is."""
+    import paddle
+
+    if getattr(clip, "by_dense_norms", False):
+        return clip
     if isinstance(clip, paddle.nn.ClipGradByGlobalNorm):
-        optimizer._grad_clip = make_global_norm_clip(clip, group)
-    elif isinstance(clip, paddle.nn.ClipGradByNorm):
-        optimizer._grad_clip = make_norm_clip(clip, group)
+        return make_global_norm_clip(clip, group)
+    if isinstance(clip, paddle.nn.ClipGradByNorm):
+        return make_norm_clip(clip, group)
+    return clip
 
 
 def make_global_norm_clip(clip, group_transport):
@@ -77,6 +91,8 @@ def make_global_norm_clip(clip, group_transport):
     import paddle
 
     class TensorParallelClipGradByGlobalNorm(paddle.nn.ClipGradByGlobalNorm):
+        by_dense_norms = True
+
         def _dygraph_clip(self, params_grads):
             clipped = _clipped_params(params_grads)
             if not clipped:
@@ -99,6 +115,8 @@ def make_norm_clip(clip, group_transport):
     import paddle
 
     class TensorParallelClipGradByNorm(paddle.nn.ClipGradByNorm):
+        by_dense_norms = True
+
         def _dygraph_clip(self, params_grads):
             clipped = _clipped_params(params_grads)
             sharded = [p for p, _ in clipped if getattr(p, "is_distributed", False)]

@@ -1,5 +1,7 @@
-"""What ``fleet.distributed_model`` does around a tensor-parallel Layer (docs/model-parallel.md,
-"Dygraph"), besides training it: its inputs, and the Layers it refuses. Paddle's ``TensorParallel`` gives every rank of a model-parallel group its first rank's
+"""What ``fleet.distributed_model`` and ``fleet.distributed_optimizer`` do around a tensor-parallel
+Layer (docs/model-parallel.md, "Dygraph"), besides training it: its inputs, the Layers refused, and
+clipping in an optimizer with parameter groups (Paddle's ``hybrid_parallel_mp_amp.py`` builds one):
+each group clips with its own ``grad_clip``, which must use the dense model's norms too. Paddle's ``TensorParallel`` gives every rank of a model-parallel group its first rank's
 inputs before each forward (``mp_configs.need_broadcast_data``, on by default), so ranks fed
 different batches still train one model, the dense model on the first rank's batch. The engine
 does the same, honours ``need_broadcast_data = False``, and refuses inputs whose shapes differ
@@ -75,7 +77,39 @@ def inputs_worker():
         refused = str(e)
     dense = dense_loss_and_grads(x0)
     return {"mp_rank": mp_rank, "broadcast": broadcast, "own": own, "refused": refused, "dense": dense,
-            "x0": x0, "mine": mine, "sequence_parallel": sequence_parallel_refusal()}
+            "x0": x0, "mine": mine, "sequence_parallel": sequence_parallel_refusal(),
+            "clip_groups": {kind: clipped_in_groups(kind, Sharded, w1, w2, x0, mp_rank) for kind in CLIPS}}
+
+
+CLIPS = ("ClipGradByGlobalNorm", "ClipGradByNorm")  # paddle.nn classes; 0.05: below the gradients' norms
+
+
+def clipped_in_groups(kind, sharded_class, w1, w2, x, mp_rank):
+    """3 SGD steps of the sharded model and of the dense one, each optimizer given its parameters as
+    two groups (the second with weight decay), clipping by ``kind``: this rank's shards and the
+    dense weights after them."""
+    import paddle
+    from paddle.distributed import fleet
+
+    def optimizer(first, second):
+        return paddle.optimizer.SGD(LR, grad_clip=getattr(paddle.nn, kind)(0.05),
+                                    parameters=[{"params": [first]}, {"params": [second], "weight_decay": 0.01}])
+
+    sharded = sharded_class()
+    sharded_opt = fleet.distributed_optimizer(optimizer(sharded.col.weight, sharded.row.weight))
+    model = fleet.distributed_model(sharded)
+    a, b = (paddle.create_parameter(w.shape, "float32", default_initializer=paddle.nn.initializer.Assign(w))
+            for w in (w1, w2))
+    dense_opt = optimizer(a, b)
+    for _ in range(3):
+        model(paddle.to_tensor(x)).backward()
+        sharded_opt.step()
+        sharded_opt.clear_grad()
+        ((paddle.to_tensor(x) @ a @ b) ** 2).mean().backward()
+        dense_opt.step()
+        dense_opt.clear_grad()
+    return {"col": sharded.col.weight.numpy(), "row": sharded.row.weight.numpy(),
+            "dense_col": np.split(a.numpy(), 2, 1)[mp_rank], "dense_row": np.split(b.numpy(), 2, 0)[mp_rank]}
 
 
 def sequence_parallel_refusal():
@@ -118,3 +152,6 @@ def test_the_wrapper_of_a_tensor_parallel_layer():
         refusal = r["sequence_parallel"]
         assert refusal is not None and "Layer SequenceParallel uses Paddle's sequence parallelism" in refusal
         assert "col (ColumnSequenceParallelLinear)" in refusal and "parameter norm.weight" in refusal, refusal
+        for kind, got in r["clip_groups"].items():
+            np.testing.assert_allclose(got["col"], got["dense_col"], rtol=1e-5, atol=1e-6, err_msg=kind)
+            np.testing.assert_allclose(got["row"], got["dense_row"], rtol=1e-5, atol=1e-6, err_msg=kind)
