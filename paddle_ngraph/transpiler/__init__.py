@@ -175,11 +175,39 @@ def _check_paddle_communication(view, plan):
                               f"for it in a static program on CPU; {DATA_PARALLEL_HINT}")
 
 
+# Ops that take the norm of a gradient for clipping (ClipGradByNorm's clip_by_norm, the squared
+# norms ClipGradByGlobalNorm sums): on a shard they measure this rank's part of the gradient only.
+NORM_OPS = frozenset({"clip_by_norm", "squared_l2_norm", "p_norm", "frobenius_norm", "norm"})
+
+
+def _check_norms_of_shards(view, config):
+    """Under model parallelism, refuses clipping by the norm of a sharded parameter's gradient: the
+    op sees this rank's shard, so each rank would clip by another norm than the dense model's and
+    the shards would train no model, without a word. (Paddle's static TensorParallelOptimizer does
+    not correct these norms either; in dygraph fleet.distributed_optimizer does.)"""
+    if config.mp_degree == 1:
+        return
+    sharded = set(shard_axes(view))
+    for op in view.ops:
+        if op.type.removeprefix("pd_op.") not in NORM_OPS:
+            continue
+        shards = sorted({n.split("@GRAD")[0] for n in op.input_names() if "@GRAD" in n} & sharded)
+        if shards:
+            raise ConfigError(
+                f"{op.location()} takes the norm of the gradient of {', '.join(repr(n) for n in shards)}, a shard of "
+                f"a tensor-parallel layer (mp_degree {config.mp_degree}): it would clip by this rank's part of the "
+                "gradient, not by the dense model's norm. Clip by value (paddle.nn.ClipGradByValue, exact on "
+                "shards), or train the model in dygraph, where fleet.distributed_optimizer clips by the dense norms "
+                "(docs/model-parallel.md)")
+
+
 def _check_plan(view, plan, config, nranks: int):
     """Refuses what needs the whole program on the engine when ops fall back, on several ranks
-    an update in a sub-block whose gradient nothing averages, and Paddle's own communication that
-    would run in Paddle or miss the engine's values; says what falls back and why."""
+    an update in a sub-block whose gradient nothing averages, Paddle's own communication that
+    would run in Paddle or miss the engine's values, and norms of shards' gradients; says what
+    falls back and why."""
     _check_paddle_communication(view, plan)
+    _check_norms_of_shards(view, config)
     if nranks > 1 and plan.unaveraged:
         op, name = plan.unaveraged[0]
         what = (f"an optimizer update in its sub-block reads the gradient '{name}', which an op left to Paddle makes"
