@@ -721,20 +721,25 @@ class LayerEngine:
         return self._deliver(compiled.capture, grads, input_grads, sync, pending_local, num_args)
 
     def _deliver(self, cap, grad_values, xgrad_values: dict, sync: bool, pending_local: bool, num_args: int) -> list:
-        """Parameter gradients into ``param.grad`` as Paddle's accumulation puts them there, the
-        averaging of what ``no_sync`` accumulated, and the input gradients for autograd."""
+        """The gradients for autograd, of the inputs and of the parameters, and the averaging of
+        what ``no_sync`` accumulated. Parameter gradients go through Paddle's accumulation, which
+        runs the hooks registered on the parameters (``param.register_hook``) and adds them to
+        ``param.grad``; only the first synchronized backward after ``no_sync`` adds them itself, as
+        the sum must be in ``param.grad`` before it is averaged (hooks then see no gradient)."""
         params = self.named_tensors()
-        grads = []
-        for name, value in zip(cap.grads, grad_values):
-            param = params[name]
-            existing = param.grad
-            if existing is not None and existing._is_initialized():
-                # Paddle's accumulation, param.grad + new, in place.
-                view = self.grad_view(name, existing)
-                np.add(view, value, out=view)
-                grads.append(None)
-            else:
-                grads.append(_paddle_copy(value))
+        if not pending_local:
+            grads = [_paddle_copy(value) for value in grad_values]
+        else:
+            grads = []
+            for name, value in zip(cap.grads, grad_values):
+                existing = params[name].grad
+                if existing is not None and existing._is_initialized():
+                    # Paddle's accumulation, param.grad + new, in place.
+                    view = self.grad_view(name, existing)
+                    np.add(view, value, out=view)
+                    grads.append(None)
+                else:
+                    grads.append(_paddle_copy(value))
         if pending_local:
             # The first synchronized backward after no_sync: average the accumulated gradients, as
             # paddle.DataParallel does (their sum over micro-batches, then the mean over ranks).

@@ -495,3 +495,30 @@ def test_paddle_data_parallels_own_arguments_are_taken():
 
     with pytest.raises(ConfigError, match="group of 3 of the 1 ranks"):
         paddle_ngraph.DataParallel(TwoOutputs(), group=Part())
+
+
+def test_hooks_registered_on_parameters_run_at_every_backward_as_in_paddle():
+    """``param.register_hook`` (a gradient scaled or logged on its way to ``param.grad``) sees
+    each backward's gradient and what it returns is what accumulates: the engine hands parameter
+    gradients to Paddle's accumulation, as Paddle's own backward does (it had added them in place
+    from the second step on, and the hook got None)."""
+    def train(wrap):
+        paddle.seed(0)
+        net = paddle.nn.Sequential(paddle.nn.Linear(4, 4), paddle.nn.ReLU(), paddle.nn.Linear(4, 2))
+        seen = []
+        net[0].weight.register_hook(lambda g: (seen.append(g.numpy().copy()), g * 0.5)[1])
+        model = paddle_ngraph.DataParallel(net) if wrap else net
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        x = paddle.to_tensor(np.random.default_rng(1).standard_normal((3, 4)).astype("float32"))
+        for _ in range(3):
+            model(x).sum().backward()
+            opt.step()
+            opt.clear_grad()
+        return seen, net[0].weight.numpy(), (model.engine.steps if wrap else None)
+
+    ref_seen, ref_weight, _ = train(False)
+    seen, weight, steps = train(True)
+    assert steps == 3 and len(seen) == len(ref_seen) == 3
+    for got, want in zip(seen, ref_seen):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(weight, ref_weight, rtol=1e-6, atol=1e-7)
