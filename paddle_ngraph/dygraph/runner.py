@@ -440,6 +440,7 @@ class LayerEngine:
     def _build(self, key, args, training: bool, wants_grad: bool, layer=None):
         try:
             compiled = self._compile(args, training, wants_grad, layer if layer is not None else self.layer)
+            self._check_reads_own_tensors(compiled)
         except CaptureError as e:
             if self.tensor_parallel:
                 raise self._cannot_run_eagerly(str(e)) from e
@@ -461,6 +462,22 @@ class LayerEngine:
         log.info("%s%s (%s, inputs %s): %s", self.rank_prefix(), type(self.layer).__name__,
                  "training" if training else "eval", [list(shape) for shape, _, _ in key[2]], where)
         return compiled
+
+    def _check_reads_own_tensors(self, compiled):
+        """Refuses a capture reading parameters that are not the Layer's: a Layer or parameter made
+        inside ``forward`` (``paddle.nn.Linear(4, 2)(h)``) is new at every call, with new values,
+        which a captured program would read from the first call's, gone since."""
+        if compiled.segmented:
+            read = list(compiled.traced.params)
+        else:
+            read = [name for kind, name in compiled.forward_inputs if kind == "param"]
+        owned = self.named_tensors()
+        foreign = [name for name in read if name not in owned]
+        if foreign:
+            raise CaptureError(f"Layer {type(self.layer).__name__}: its forward reads parameters that are not the "
+                               f"Layer's ({', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}): a Layer or "
+                               f"parameter made inside forward is new at every call, which a captured program cannot "
+                               f"follow; make it in __init__")
 
     def _compile(self, args, training: bool, wants_grad: bool, layer):
         """The whole program on the engine where its converters take every op; else engine

@@ -522,3 +522,29 @@ def test_hooks_registered_on_parameters_run_at_every_backward_as_in_paddle():
     for got, want in zip(seen, ref_seen):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(weight, ref_weight, rtol=1e-6, atol=1e-7)
+
+
+def test_a_layer_made_inside_forward_runs_eagerly_with_a_message(ngraph_logs):
+    """A Layer built inside ``forward`` has new parameters at every call: the captured program would
+    read the first call's, gone since (a KeyError at the first step). It runs eagerly, said once."""
+    class MakesItsHead(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            paddle.seed(7)  # the same new head at every call, in both runs
+            return nn.Linear(4, 2)(self.fc(x))
+
+    x = paddle.to_tensor(np.random.default_rng(2).standard_normal((3, 4)).astype("float32"))
+    paddle.seed(0)
+    reference = MakesItsHead()
+    model = paddle_ngraph.DataParallel(MakesItsHead())
+    model.set_state_dict(reference.state_dict())
+    for m in (reference, model):
+        for _ in range(2):
+            m(x).sum().backward()
+    np.testing.assert_allclose(model._layers.fc.weight.grad.numpy(), reference.fc.weight.grad.numpy(), rtol=1e-6)
+    said = [r.getMessage() for r in ngraph_logs.records if "not the Layer's" in r.getMessage()]
+    assert len(said) == 1 and "Layer MakesItsHead" in said[0] and "linear_" in said[0], said
+    assert model.engine.steps == 0 and model.engine.eager_steps == 2
