@@ -81,15 +81,17 @@ class Function:
         return f"<Function {self.name}: {len(self.parameters)} parameters, {len(self.results)} results>"
 
 
-def clone_function(function: Function, shapes: dict[str, tuple] | None = None) -> Function:
+def clone_function(function: Function, shapes: dict[str, tuple] | None = None,
+                   copies: dict[int, Node] | None = None) -> Function:
     """A deep copy of ``function`` with the same node names; every node re-infers its types.
 
     ``shapes`` gives parameters new (typically concrete) shapes by name: cloning with the
-    shapes of the actual inputs specializes a function with dynamic dimensions.
+    shapes of the actual inputs specializes a function with dynamic dimensions. ``copies``, if
+    given, is filled with original node id -> its copy (to find a known value in the copy).
     """
     from .ops import Constant
 
-    copies: dict[int, Node] = {}
+    copies = {} if copies is None else copies
     for node in function.ordered_nodes():
         if isinstance(node, Parameter):
             attrs = dict(node.attrs)

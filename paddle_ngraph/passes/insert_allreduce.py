@@ -25,7 +25,7 @@ places that reduce values across ranks.
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ValidationError
 from ..ir import Function
 from ..ir.ops.collective import COLLECTIVE_OPS, COMPRESSIONS
 from ..ir.ops.optimizer import OptimizerUpdate
@@ -52,7 +52,8 @@ class InsertAllReduce(FunctionPass):
         self.skip_params = set(skip_params)
         # Parameter name -> its raw gradient (before clipping), where the update reads a processed
         # one (transpiler/gradients.py): the AllReduce averages the raw one for all its readers.
-        self.raw_gradients = dict(raw_gradients or {})
+        # Read when the pass runs: gradient accumulation, before it, sets the merged ones.
+        self.raw_gradients = raw_gradients if raw_gradients is not None else {}
         self.buckets: list[list[str]] = []  # parameter names per bucket, for reports
 
     def run(self, function: Function) -> bool:
@@ -64,8 +65,15 @@ class InsertAllReduce(FunctionPass):
         if not updates:
             return False
 
+        in_function = {node.id for node in function.ordered_nodes()}
+
         def gradient(update):
-            raw = self.raw_gradients.get(update.inputs[update.param_input].node.name)
+            name = update.inputs[update.param_input].node.name
+            raw = self.raw_gradients.get(name)
+            if raw is not None and raw.node.id not in in_function:
+                # An AllReduce of a value no result reads would never run: the ranks would diverge.
+                raise ValidationError(f"insert_allreduce: the raw gradient of '{name}' ({raw.node.name}) is not "
+                                      f"in function '{function.name}' (a pass before this one replaced it)")
             return raw if raw is not None else update.inputs[update.grad_input]
 
         # Ready order: the gradient producer's creation order, then the parameter name for ties.

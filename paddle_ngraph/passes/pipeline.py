@@ -129,13 +129,19 @@ class SplitAccumulation(FunctionPass):
     (``original``, a copy of its graph) is kept for the micro-step variant."""
     name = "split_accumulation"
 
-    def __init__(self, steps: int, average: bool):
+    def __init__(self, steps: int, average: bool, raw_gradients: dict):
         self.steps, self.average = steps, average
         self.original = self.accumulators = None
+        # Shared with the collective passes after this one (build_passes): the raw gradients of the
+        # function before this pass, replaced here by the merged ones of the apply variant.
+        self.raw_gradients = raw_gradients
+        self.original_raw = dict(raw_gradients)
 
     def run(self, function: Function) -> bool:
         self.original = Function(function.parameters, function.results, name=function.name)
-        apply, self.accumulators = build_apply(function, self.steps, self.average)
+        apply, self.accumulators, merged = build_apply(function, self.steps, self.average, self.original_raw)
+        self.raw_gradients.clear()
+        self.raw_gradients.update(merged)
         return replace_graph(function, apply)
 
 
@@ -150,7 +156,7 @@ class BuildAccumulate(FunctionPass):
 
     def run(self, function: Function) -> bool:
         inputs = [p.name for p in function.parameters if p.role not in (Role.ACCUMULATOR, Role.SHARD)]
-        self.accumulate = build_accumulate(self.split.original, inputs)
+        self.accumulate = build_accumulate(self.split.original, inputs, self.split.original_raw)
         Validate().run(self.accumulate)
         return False
 
@@ -183,16 +189,19 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
         if config.localsgd_adaptive:
             passes.append(AddAdaptiveResults(facts.loss or _no_loss))
         passes.append(SplitLocalSGD(nranks, bucket_bytes, config.min_buckets, facts.skip_params))
+    # One dict for the passes below: accumulation replaces each raw gradient by the merged one,
+    # which ZeRO-1 leaves unsharded and the AllReduce reduces.
+    raw_gradients = dict(facts.raw_gradients)
     split = None
     if config.accumulate_steps > 1:
-        split = SplitAccumulation(config.accumulate_steps, config.accumulate_avg)
+        split = SplitAccumulation(config.accumulate_steps, config.accumulate_avg, raw_gradients)
         passes.append(split)
     if nranks > 1 and not local_sgd:  # local SGD averages parameters, not gradients
         buckets = dict(bucket_bytes=bucket_bytes, reduction=config.reduction, skip_params=facts.skip_params,
                        min_buckets=config.min_buckets)
         if config.zero_stage == 1:
-            passes.append(ShardOptimizer(nranks, **buckets))
-        passes.append(InsertAllReduce(nranks, compress=config.compress, raw_gradients=facts.raw_gradients,
+            passes.append(ShardOptimizer(nranks, raw_gradients=raw_gradients, **buckets))
+        passes.append(InsertAllReduce(nranks, compress=config.compress, raw_gradients=raw_gradients,
                                       group=facts.dp_group, **buckets))
     if split is not None:
         passes.append(BuildAccumulate(split))

@@ -121,7 +121,8 @@ def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade:
                               f"the engine's converters do not make; run with fallback=False to see the ops")
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=function_name(plan, seg))
     facts = Facts(averaged_results=list(seg.allreduce),
-                  raw_gradients=_raw_gradient_values(view, seg, session) if nranks > 1 else {},
+                  raw_gradients=_raw_gradient_values(view, seg, session)
+                  if nranks > 1 or config.accumulate_steps > 1 else {},
                   skip_params=_not_averaged(view, config),
                   dp_group=session.layout.dp_group(),
                   recompute=_recompute_values(seg, session, checkpoints),

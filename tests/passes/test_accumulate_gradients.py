@@ -28,7 +28,7 @@ def updates(function):
 
 def test_apply_averages_the_accumulated_gradient_that_each_update_and_allreduce_consume():
     original = converted()
-    apply, accumulators = build_apply(original, 4)
+    apply, accumulators, _ = build_apply(original, 4)
     assert len(updates(original)) == 4  # the original is left as it was
     assert all(u.inputs[u.grad_input].node.op_type != "Divide" for u in updates(original))
     assert [a.name for a in accumulators] == [p.name for p in apply.parameters[-4:]]
@@ -46,7 +46,7 @@ def test_apply_averages_the_accumulated_gradient_that_each_update_and_allreduce_
 
 def test_accumulate_has_no_update_no_collective_and_returns_the_sums():
     original = converted()
-    apply, accumulators = build_apply(original, 2)
+    apply, accumulators, _ = build_apply(original, 2)
     PassManager([InsertAllReduce(2)]).run(apply)
     accumulate = build_accumulate(original, paddle_inputs(apply))
     types = {n.op_type for n in accumulate.ordered_nodes()}

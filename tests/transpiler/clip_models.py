@@ -42,3 +42,35 @@ def train(clip, decay="l2", transpile=None, rank=0, nranks=1):
         losses = [float(exe.run(main, feed={"x": xb[rank * share:(rank + 1) * share]}, fetch_list=[loss])[0])
                   for xb in data()]
     return main, np.array(losses)
+
+
+def train_merged(clip, decay="l2", transpile=None, rank=0, nranks=1, merge=1):
+    """The parameters after training on ``data()``: transpiled (``transpile``, with its
+    ``accumulate_steps`` = ``merge``), one exe.run per batch on this rank's share; else Paddle
+    alone, one step per ``merge`` consecutive batches concatenated (what accumulation equals)."""
+    import paddle_ngraph
+
+    paddle.seed(1)
+    main, startup, _ = build(clip, decay)
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        batches = data()
+        if transpile is None:
+            batches = batches.reshape(STEPS // merge, merge * BATCH, 3)
+        else:
+            paddle_ngraph.transpile(main, **transpile)
+            share = BATCH // nranks
+            batches = batches[:, rank * share:(rank + 1) * share]
+        for xb in batches:
+            exe.run(main, feed={"x": xb})
+        return {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in _parameters(main, startup)}
+
+
+def _parameters(main, startup):
+    if paddle.framework.in_pir_mode():
+        names = [op.attrs()["parameter_name"] for op in startup.global_block().ops
+                 if op.name() == "builtin.set_parameter"]
+        return [type("P", (), {"name": n}) for n in sorted(names)]
+    return main.all_parameters()

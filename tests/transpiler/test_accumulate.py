@@ -130,3 +130,17 @@ def test_a_checkpoint_between_micro_steps_is_refused_and_after_the_kth_is_writte
             save_checkpoint(main, str(tmp_path), step=1, rank=0)
         exe.run(main, feed={"x": micro[1][0], "y": micro[1][1]}, fetch_list=[loss])
         assert save_checkpoint(main, str(tmp_path), step=1, rank=0) is not None
+
+
+@pytest.mark.parametrize("clip", ["global", "norm"])
+def test_clipping_reads_the_merged_gradient_once_per_update(clip):
+    """Paddle's gradient merge clips the mean of the k gradients, not each micro-batch's gradient:
+    with clipping, k micro-steps still equal one step of Paddle on the concatenated batch."""
+    import clip_models
+
+    with ir_guard(clip_models.IR_OF[clip]):
+        reference = clip_models.train_merged(clip, merge=2)
+        got = clip_models.train_merged(clip, transpile={"accumulate_steps": 2}, merge=2)
+    assert sorted(got) == sorted(reference) and reference
+    for name, value in reference.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
