@@ -79,6 +79,7 @@ class NgraphOptimizer(MetaOptimizerBase):
         strategy = self.user_defined_strategy
         config = Config(**(self.config or resolve_config(features.merged_overrides(strategy))))
         apply_log_level(config.log_level)
+        refuse_transpiled(loss.block.program)
         inner = features.inner_optimizer(self.inner_opt, strategy)  # lars, lamb: as Paddle's meta optimizers
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
             optimize_ops, params_grads = inner.minimize(loss, startup_program, parameter_list, no_grad_set)
@@ -90,6 +91,20 @@ class NgraphOptimizer(MetaOptimizerBase):
                  "compress %s", self.transport.rank, self.transport.size, config.backend, self.transport.name,
                  config.zero_stage, config.compress)
         return optimize_ops, params_grads
+
+
+def refuse_transpiled(program) -> None:
+    """A second ``minimize`` on one program (a second optimizer) would append its backward to the
+    engine operators the first one left, which have no gradient: Paddle fails there, naming an
+    operator the user never wrote. The whole program is transpiled once, after every optimizer."""
+    from ..transpiler import engines_of
+
+    if engines_of(program):
+        raise ConfigError("strategy.ngraph: this program was already transpiled by an earlier "
+                          "fleet.distributed_optimizer(...).minimize, and a program is transpiled once, with all "
+                          "its optimizers. With several optimizers, call each one's own minimize (without "
+                          "fleet.distributed_optimizer), then paddle_ngraph.transpile(main) once "
+                          "(docs/fleet.md, \"Several optimizers\")")
 
 
 # --- hooks into fleet ---------------------------------------------------------------------------

@@ -244,6 +244,21 @@ def test_the_flag_selects_ngraph_optimizer_and_transpiles(static_fleet, legacy):
     assert any("ngraph_engine" in t for t in _op_types(main)), _op_types(main)
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy"])
+def test_a_second_minimize_on_a_transpiled_program_is_refused_with_the_way_out(static_fleet, legacy):
+    """Two optimizers through fleet: the first minimize transpiles the program, whose engine ops have
+    no gradient for the second's backward (Paddle failed naming ngraph_engine)."""
+    guard, main, startup, loss = _build(legacy)
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    with guard, paddle.static.program_guard(main, startup):
+        params = main.global_block().all_parameters()
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1, parameters=params[:1]), strategy).minimize(loss)
+        second = fleet.distributed_optimizer(paddle.optimizer.SGD(0.1, parameters=params[1:]), strategy)
+        with pytest.raises(ConfigError, match=r"already transpiled.*then paddle_ngraph.transpile\(main\) once"):
+            second.minimize(loss)
+
+
 def test_accumulate_steps_reaches_transpile(static_fleet):
     from paddle_ngraph.transpiler import engines
 
