@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 
 import paddle
 from paddle.distributed.fleet.meta_optimizers.meta_optimizer_base import MetaOptimizerBase
@@ -45,7 +46,28 @@ def validate_for_fleet(fleet_obj, strategy) -> dict:
         raise ConfigError("strategy.ngraph needs collective training: fleet.init(is_collective=True) "
                           "(parameter-server mode is not supported)")
     check_strategy(strategy)
+    check_ranks_agree(fleet_obj._role_maker)
     return resolve_config(features.merged_overrides(strategy))
+
+
+def check_ranks_agree(role_maker) -> None:
+    """Fleet counts its workers from Paddle's variables (``PADDLE_TRAINER_ENDPOINTS`` alone is
+    enough), the engine from its launcher's (``mpirun``, or ``PADDLE_TRAINERS_NUM`` of
+    ``paddle.distributed.launch``). Where they disagree, each process would train alone, with no
+    AllReduce, while fleet hands it a shard of the data: refused, on every process alike."""
+    from ..distributed import detect_launcher
+
+    info = detect_launcher()
+    workers, index = role_maker._worker_num(), role_maker._worker_index()
+    if workers != info.size:
+        started = (f"{info.launcher} started {info.size} rank(s)" if info.launcher != "none" else
+                   "this process was started alone (neither mpirun nor paddle.distributed.launch: "
+                   "PADDLE_TRAINERS_NUM is not set)")
+        raise ConfigError(f"strategy.ngraph: fleet sees {workers} workers (this is worker {index}; "
+                          f"PADDLE_TRAINER_ENDPOINTS={os.environ.get('PADDLE_TRAINER_ENDPOINTS', '')!r}) but "
+                          f"{started}: the engine would not average over fleet's workers. Start every worker "
+                          f"with mpirun or paddle.distributed.launch, or, for one process, unset Paddle's "
+                          f"PADDLE_TRAINER_* variables")
 
 
 class NgraphOptimizer(MetaOptimizerBase):

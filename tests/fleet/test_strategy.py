@@ -244,6 +244,21 @@ def test_the_flag_selects_ngraph_optimizer_and_transpiles(static_fleet, legacy):
     assert any("ngraph_engine" in t for t in _op_types(main)), _op_types(main)
 
 
+def test_fleet_workers_the_launcher_did_not_start_are_refused(monkeypatch):
+    """Paddle's own fleet tests set PADDLE_TRAINER_ID and two PADDLE_TRAINER_ENDPOINTS in one process:
+    fleet counts 2 workers, the engine (no launcher) 1. The process trained alone on fleet's shard."""
+    from paddle.distributed.fleet.base import role_maker
+
+    paddle.enable_static()
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "1")
+    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:36001,127.0.0.1:36002")
+    fleet.init(role_maker.PaddleCloudRoleMaker(is_collective=True))
+    strategy = fleet.DistributedStrategy()
+    strategy.ngraph = True
+    with pytest.raises(ConfigError, match=r"fleet sees 2 workers \(this is worker 1.*started alone"):
+        fleet.distributed_optimizer(paddle.optimizer.SGD(0.1), strategy)
+
+
 @pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy"])
 def test_a_second_minimize_on_a_transpiled_program_is_refused_with_the_way_out(static_fleet, legacy):
     """Two optimizers through fleet: the first minimize transpiles the program, whose engine ops have
