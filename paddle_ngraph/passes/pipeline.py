@@ -46,7 +46,8 @@ class Facts:
     ``averaged_results``: names of results (``fetch:`` gradients an update left to Paddle reads)
     to average across ranks; ``gradient_results``: results that are gradients leaving the function
     (a dygraph backward's), averaged in buckets; ``raw_gradients``: parameter -> the IR value of its
-    gradient before clipping; ``skip_params``: parameters not averaged (Paddle's ``is_distributed``);
+    gradient before clipping; ``clipped_params``: parameters whose gradient is clipped (not only
+    weight-decayed) before the update; ``skip_params``: parameters not averaged (Paddle's ``is_distributed``);
     ``recompute``: the checkpoint values and the ids of the forward nodes; ``loss``: returns the
     loss value (adaptive local SGD reads it; called only then); ``dp_group``: the ranks over which
     gradients are averaged (ir/groups.py; ``()``: every rank), this rank's data-parallel group
@@ -55,6 +56,7 @@ class Facts:
     averaged_results: list = field(default_factory=list)
     gradient_results: list = field(default_factory=list)
     raw_gradients: dict = field(default_factory=dict)
+    clipped_params: set = field(default_factory=set)
     skip_params: set = field(default_factory=set)
     recompute: tuple[list[Output], set[int]] | None = None
     loss: Callable[[], Output] | None = None
@@ -190,7 +192,7 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
             passes.append(AddAdaptiveResults(facts.loss or _no_loss))
         passes.append(SplitLocalSGD(nranks, bucket_bytes, config.min_buckets, facts.skip_params))
     # One dict for the passes below: accumulation replaces each raw gradient by the merged one,
-    # which ZeRO-1 leaves unsharded and the AllReduce reduces.
+    # which the AllReduce reduces.
     raw_gradients = dict(facts.raw_gradients)
     split = None
     if config.accumulate_steps > 1:
@@ -200,7 +202,7 @@ def build_passes(config, nranks: int, facts: Facts | None = None) -> list[Functi
         buckets = dict(bucket_bytes=bucket_bytes, reduction=config.reduction, skip_params=facts.skip_params,
                        min_buckets=config.min_buckets)
         if config.zero_stage == 1:
-            passes.append(ShardOptimizer(nranks, raw_gradients=raw_gradients, **buckets))
+            passes.append(ShardOptimizer(nranks, clipped_params=facts.clipped_params, **buckets))
         passes.append(InsertAllReduce(nranks, compress=config.compress, raw_gradients=raw_gradients,
                                       group=facts.dp_group, **buckets))
     if split is not None:

@@ -18,9 +18,10 @@ an allgather are the two halves of a ring allreduce).
 Only element-wise updates can be sliced: SGD, Momentum and Adam(W). Lamb's trust ratio and
 LARS's local learning rate need whole-parameter norms, so their parameters keep the plain
 AllReduce (``InsertAllReduce`` runs after this pass and reduces what is left). So do the
-parameters whose gradient is clipped or regularized before the update (``raw_gradients``):
-clipping reads the whole averaged gradient (``ClipGradByGlobalNorm`` all of them), which a
-rank holding the average of its slice alone does not have.
+parameters whose gradient is clipped before the update (``clipped_params``): clipping reads
+the whole averaged gradient (``ClipGradByGlobalNorm`` all of them), which a rank holding the
+average of its slice alone does not have. Weight decay, linear in the gradient, is sliced:
+the average of ``g_i + decay(p)`` is ``mean(g) + decay(p)``.
 """
 from __future__ import annotations
 
@@ -63,11 +64,9 @@ class ShardOptimizer(FunctionPass):
     name = "shard_optimizer"
 
     def __init__(self, nranks: int, bucket_bytes: int = 32 << 20, reduction: str = "avg", skip_params=(),
-                 min_buckets: int = 1, raw_gradients=None):
+                 min_buckets: int = 1, clipped_params=()):
         self.nranks = nranks
-        # Parameter name -> raw gradient where the update reads a processed (clipped) one; read
-        # when the pass runs (gradient accumulation, before it, sets the merged ones).
-        self.raw_gradients = raw_gradients if raw_gradients is not None else {}
+        self.clipped_params = set(clipped_params)
         self.unsharded: list[str] = []  # parameters left to the AllReduce because of their clipping
         self.bucket_bytes = bucket_bytes
         self.min_buckets = max(1, int(min_buckets))
@@ -81,8 +80,8 @@ class ShardOptimizer(FunctionPass):
         users = function.users()
         updates = [n for n in function.ordered_nodes() if self._shardable(n, users)]
         if self.unsharded:
-            log.warning("zero_stage 1: the optimizer state of %s is not sharded: their gradients are clipped or "
-                        "regularized before the update, which reads the whole averaged gradient (plain AllReduce)",
+            log.warning("zero_stage 1: the optimizer state of %s is not sharded: their gradients are clipped before "
+                        "the update, which reads the whole averaged gradient (plain AllReduce)",
                         ", ".join(self.unsharded))
         if not updates:
             return False
@@ -103,7 +102,7 @@ class ShardOptimizer(FunctionPass):
         param = node.inputs[node.param_input].node
         if param.name in self.skip_params or node.inputs[node.grad_input].node.op_type in ("AllReduce", "ReduceScatter"):
             return False
-        if param.name in self.raw_gradients:
+        if param.name in self.clipped_params:
             self.unsharded.append(param.name)
             return False
         if not param.output_types[0].is_static:

@@ -21,6 +21,9 @@ from ..frontend import BACKWARD, OPTIMIZE, ProgramView
 _FIRST_INPUT = {"clip", "clip_by_norm", "scale", "cast"}
 _SCALAR_PRODUCT = {"multiply", "elementwise_mul"}
 _SUMS = {"sum", "add_n", "add", "elementwise_add"}
+# Of the ops above, those whose output is not linear in the gradient (the multiply is by the
+# global-norm coefficient, itself computed from every gradient).
+_CLIPPING = {"clip", "clip_by_norm"} | _SCALAR_PRODUCT
 
 
 def _kind(op_type: str) -> str:
@@ -35,6 +38,19 @@ def _is_grad_op(op) -> bool:
 def raw_gradients(view: ProgramView, ops: list) -> dict:
     """``{id(update op): (producer op, name)}`` for the updates among ``ops`` whose gradient
     input went through clipping or regularization; the producer made the raw gradient."""
+    return {update: (producer, name) for update, (producer, name, _) in _walk(view, ops).items()}
+
+
+def clipped_updates(view: ProgramView, ops: list) -> set:
+    """``id(update op)`` of the updates among ``ops`` whose gradient went through clipping (not only
+    weight decay): the update reads a function of the whole gradient (or of all of them), not a
+    linear one, so a rank must hold the whole averaged gradient to compute it."""
+    return {update for update, (_, _, clipped) in _walk(view, ops).items() if clipped}
+
+
+def _walk(view: ProgramView, ops: list) -> dict:
+    """``{id(update op): (producer op, name, clipped)}``: ``raw_gradients``' walk, and whether it
+    passed a clipping op."""
     block0 = [op for op in view.ops if op.block == 0]
     position = {id(op): i for i, op in enumerate(block0)}
     last_grad = max((i for i, op in enumerate(block0) if _is_grad_op(op)), default=-1)
@@ -71,7 +87,7 @@ def raw_gradients(view: ProgramView, ops: list) -> dict:
         if update.role != OPTIMIZE or "grad" not in update.inputs or not update.inputs["grad"]:
             continue
         name, at = update.inputs["grad"][0], position[id(update)]
-        walked = False
+        walked = clipped = False
         while True:
             op = producer(name, at)
             if op is None or not post_processing(op):
@@ -92,7 +108,8 @@ def raw_gradients(view: ProgramView, ops: list) -> dict:
                 nxt = None
             if nxt is None:
                 break
+            clipped = clipped or kind in _CLIPPING
             name, at, walked = nxt, position[id(op)], True
         if walked:
-            found[id(update)] = (producer(name, at), name)
+            found[id(update)] = (producer(name, at), name, clipped)
     return found

@@ -12,7 +12,7 @@ from ..ir import Function
 from ..ir.groups import RankLayout
 from ..ir.ops import Convert
 from ..passes.pipeline import Facts, Lowered, build_passes, run_pipeline
-from .gradients import raw_gradients
+from .gradients import clipped_updates, raw_gradients
 from .segments import Plan, Segment, plan_segments, refused_by_converters
 from .sparse_gradients import densify_sparse_gradients
 
@@ -120,9 +120,10 @@ def convert_segment(view, plan: Plan, seg: Segment, config, nranks: int, unmade:
         raise ConversionError(f"engine segment {seg.index}: the ops left to Paddle read {', '.join(missing)}, which "
                               f"the engine's converters do not make; run with fallback=False to see the ops")
     function = session.function(list(dict.fromkeys(seg.outputs + seg.handed_out)), name=function_name(plan, seg))
+    with_raw = nranks > 1 or config.accumulate_steps > 1
     facts = Facts(averaged_results=list(seg.allreduce),
-                  raw_gradients=_raw_gradient_values(view, seg, session)
-                  if nranks > 1 or config.accumulate_steps > 1 else {},
+                  raw_gradients=_raw_gradient_values(view, seg, session) if with_raw else {},
+                  clipped_params=_clipped_parameters(view, seg, session) if with_raw else set(),
                   skip_params=_not_averaged(view, config),
                   dp_group=session.layout.dp_group(),
                   recompute=_recompute_values(seg, session, checkpoints),
@@ -165,15 +166,25 @@ def _loss_value(view, session):
     return session.env[name]
 
 
+def _update_node(session, update_id):
+    from ..ir.ops.optimizer import OptimizerUpdate
+
+    return next((o.node for o in session.produced.get(update_id, {}).values()
+                 if isinstance(o.node, OptimizerUpdate)), None)
+
+
+def _clipped_parameters(view, seg, session) -> set[str]:
+    """Names of the parameters of this segment's updates whose gradient is clipped (gradients.py)."""
+    updates = [_update_node(session, update_id) for update_id in clipped_updates(view, seg.ops)]
+    return {u.inputs[u.param_input].node.name for u in updates if u is not None}
+
+
 def _raw_gradient_values(view, seg, session) -> dict:
     """Parameter name -> the IR value of its raw gradient (before clipping), for the updates of
     this segment that read a processed one (gradients.py)."""
-    from ..ir.ops.optimizer import OptimizerUpdate
-
     values = {}
     for update_id, (producer, name) in raw_gradients(view, seg.ops).items():
-        update = next((o.node for o in session.produced.get(update_id, {}).values()
-                       if isinstance(o.node, OptimizerUpdate)), None)
+        update = _update_node(session, update_id)
         if update is None:
             continue
         if producer is not None and id(producer) in session.produced:

@@ -3,7 +3,7 @@ regularization ops, so that N ranks average what one process on the whole batch 
 import pytest
 
 from paddle_ngraph.frontend import decode
-from paddle_ngraph.transpiler.gradients import raw_gradients
+from paddle_ngraph.transpiler.gradients import clipped_updates, raw_gradients
 
 import clip_models
 from harness import ir_guard
@@ -24,6 +24,21 @@ def test_raw_gradient_is_what_backward_made(clip, decay):
         # The raw gradient comes out of backward: a *_grad op, never a clipping or decay op.
         assert producer.type.split(".")[-1].endswith("_grad"), (producer.type, name)
         assert name in producer.output_names()
+    assert clipped_updates(view, view.ops) == set(found)  # ZeRO-1 leaves these unsharded
+
+
+def test_weight_decay_alone_is_walked_but_not_clipping():
+    """Adam adds L2 decay as ops of its own: a raw gradient to average, but linear in it (ZeRO-1 slices it)."""
+    import paddle
+
+    with ir_guard("pir"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [4, 3], "float32")
+            loss = paddle.nn.Linear(3, 1)(x).mean()
+            paddle.optimizer.Adam(0.1, weight_decay=paddle.regularizer.L2Decay(0.01)).minimize(loss)
+        view = decode(main)
+    assert len(raw_gradients(view, view.ops)) == 2 and clipped_updates(view, view.ops) == set()
 
 
 def test_no_clipping_no_walk():
