@@ -25,9 +25,11 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..frontend import OP_TABLE, SKIPPED_OPS, ConversionSession
+from ..frontend.constant_folding import folded_value
 from ..frontend.dygraph import source_line
 from ..frontend.program_view import DENSE, FORWARD
 from ..ir import Function
+from ..ir.ops import Constant
 from ..ir.roles import Role, fetch_result, result_role
 from ..passes.pipeline import Facts, build_passes, run_pipeline
 from ..transpiler.segments import SOURCE_OPS, refused_by_converters
@@ -162,14 +164,38 @@ def _wire(traced, pieces: list[Piece]):
             owner.outputs.append(name)
 
 
+def _constant_crossings(pieces: list[Piece], whole: ConversionSession, graph_inputs: set) -> dict:
+    """``{name: value}`` of the values engine segments read from other pieces that depend on
+    constants only in the program converted whole (``whole``): an upsampling size computed from a
+    static shape, which the forward segment makes and the backward's ``nearest_interp_grad`` reads.
+    Read as an input, the segment's converter would find no constant there and refuse the op that
+    the whole program converts (and the Layer ran eagerly); each segment gets the value as a
+    constant instead, as the whole program folds it (``constant_folding``)."""
+    folded = {}
+    for piece in pieces:
+        if not piece.on_engine:
+            continue
+        for name in piece.inputs:
+            if name in folded or name in graph_inputs or name not in whole.env:
+                continue
+            value = folded_value(whole.env[name])
+            if value is not None:
+                folded[name] = np.asarray(value, dtype=whole.env[name].dtype.numpy)
+    return folded
+
+
 class EnginePiece:
     """One engine segment: its executable, what it reads and what it gives back by name, and the
     buffers (batch-norm statistics) it updates, written into the Layer's tensors."""
 
-    def __init__(self, engine, view, piece: Piece, unmade: set):
+    def __init__(self, engine, view, piece: Piece, unmade: set, folded: dict | None = None):
+        """``folded``: values of inputs computed from constants only, given as constants."""
         session = ConversionSession(view)
+        folded = folded or {}
         for name in piece.inputs:
-            if name not in unmade:
+            if name in folded:
+                session.env[name] = Constant(folded[name]).output()
+            elif name not in unmade:
                 session.value(name)
         session.convert_ops(piece.constants + piece.ops)
         outputs = [n for n in piece.outputs if n in session.env]
@@ -212,7 +238,8 @@ class SegmentedCompiled:
 
     def __init__(self, engine, traced):
         view = traced.view
-        refused = refused_by_converters(view, engine.compiler)
+        whole = ConversionSession(view)
+        refused = refused_by_converters(view, engine.compiler, session=whole)
         lacking = {id(op) for op in traced.ops
                    if (op.type not in OP_TABLE and op.type not in SKIPPED_OPS) or id(op) in refused}
         self.traced = traced
@@ -223,6 +250,7 @@ class SegmentedCompiled:
         self.reasons = {op.type: ("no converter" if op.type not in OP_TABLE else _LOCATION.sub("", refused[id(op)]))
                         for piece in self.pieces if not piece.on_engine for op in piece.ops}
         graph_inputs = set(traced.data) | set(traced.params) | {s for s in traced.seeds if s is not None}
+        folded = _constant_crossings(self.pieces, whole, graph_inputs)
         unmade: set = set()
         self.runners = []
         executor = engine.paddle_executor()
@@ -232,7 +260,7 @@ class SegmentedCompiled:
                 raise ConversionError(f"the ops left to Paddle read {', '.join(missing)}, which the engine's "
                                       f"converters do not make")
             if piece.on_engine:
-                self.runners.append(EnginePiece(engine, view, piece, unmade))
+                self.runners.append(EnginePiece(engine, view, piece, unmade, folded))
             else:
                 self.runners.append(PaddlePiece(view, piece.ops, piece.outputs, executor))
         made = {n for piece in self.pieces for n in piece.outputs} - unmade

@@ -265,6 +265,19 @@ class Bicubic(TanhNet):
         return self.fc(h.mean(axis=[2, 3]))
 
 
+class SizedFromShape(TanhNet):
+    """Upsampled to a size computed from the static shape (as YOLOv3's Upsample of Paddle's
+    dygraph-to-static tests does), then an op left to Paddle: the size, made by the first forward
+    segment, is read by the backward segment's nearest_interp_grad, whose converter needs it as a
+    constant."""
+
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        size = paddle.cast(paddle.slice(paddle.shape(h), axes=[0], starts=[2], ends=[4]), "int32") * 2
+        h = sm.signed_square(F.interpolate(h, size=size, mode="nearest"))
+        return self.fc(h.mean(axis=[2, 3]))
+
+
 def train_against_eager(cls, backend):
     paddle.seed(0)
     reference = cls()
@@ -308,6 +321,15 @@ def test_an_op_with_absent_optional_operands_runs_in_paddle(backend):
     compiled = train_against_eager(Bicubic, backend)
     if "pd_op.bicubic_interp" not in OP_TABLE:
         assert compiled.segmented and "pd_op.bicubic_interp: no converter" in compiled.summary()
+
+
+def test_a_size_computed_from_a_static_shape_stays_a_constant_across_segments(backend):
+    """The backward segment gets the size as the constant the whole program folds it to, rather
+    than as an input its converter refused (which ran the whole Layer eagerly)."""
+    compiled = train_against_eager(SizedFromShape, backend)
+    assert compiled.segmented
+    assert "2 ops left to Paddle (custom_op.pdng_signed_square: no converter, " \
+           "custom_op.pdng_signed_square_grad: no converter)" in compiled.summary(), compiled.summary()
 
 
 def test_fallback_false_refuses_the_layer_naming_the_op():
