@@ -419,6 +419,19 @@ class LayerEngine:
         self.compiled.clear()
         self.refused.clear()
 
+    def _adopt_tensors_set_by_forward(self):
+        """After an eager call: a forward that keeps a tensor in an attribute (``self.gtbox = gtbox``,
+        as Paddle's YOLOv3 test model does) gives the Layer a new buffer at every call. That is the
+        forward's own doing, not a Layer changed after wrapping: taken as a change, every call captured
+        the Layer anew (a trace each step) and repeated its warning. The captures stay; only what
+        names the Layer's tensors is refreshed (a capture reads its tensors by name)."""
+        ids = tuple(map(id, _layer_tensors(self.layer, [])))
+        if ids != self._tensor_ids:
+            self._tensor_ids = ids
+            self._params = None
+            self._views.clear()
+            self._grad_views.clear()
+
     def _pack(self, compiled, outputs):
         """The Layer's output structure, as Paddle's to_static restores it (a lone value unwrapped)."""
         if compiled.lone_output is None:
@@ -525,6 +538,7 @@ class LayerEngine:
             log.warning("%sLayer %s runs eagerly in Paddle: %s", self.rank_prefix(), type(self.layer).__name__, reason)
         self.eager_steps += 1
         outputs = self.layer(*args, **(kwargs or {}))
+        self._adopt_tensors_set_by_forward()
         if self.dp_transport is not None and self.sync_gradients:
             self._arm_eager_allreduce(outputs)
         return outputs

@@ -85,3 +85,38 @@ def test_sublayer_set_after_wrapping_is_captured_and_trained_like_paddle():
         return False
 
     check_same(change)
+
+
+class KeepsItsLabel(nn.Layer):
+    """A forward that keeps an input in an attribute (Paddle makes the tensor a buffer, a new one at
+    each call, as Paddle's YOLOv3 test model does with its ground truth) and reads a value out of
+    the graph (so the Layer runs eagerly)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x, label):
+        self.label = label
+        scale = 2.0 if float(x.abs().max()) > 1e9 else 1.0
+        return self.fc(x) * scale
+
+
+def test_buffers_a_forward_keeps_are_not_a_changed_layer(ngraph_logs):
+    """Each eager call gives the Layer a new buffer: captured anew at every call, the Layer was traced
+    each step and said its warning each step, with an INFO line claiming it had been changed."""
+    paddle.seed(0)
+    reference, net = KeepsItsLabel(), KeepsItsLabel()
+    net.set_state_dict(reference.state_dict())
+    model = paddle_ngraph.DataParallel(net, log_level="INFO")
+    for m in (reference, model):
+        opt = paddle.optimizer.SGD(0.1, parameters=m.parameters())
+        for x, y in batches(3):
+            F.mse_loss(m(x, y), y).backward()
+            opt.step()
+            opt.clear_grad()
+    for p, q in zip(reference.parameters(), net.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-6, atol=1e-7)
+    assert model.engine.eager_steps == 3
+    said = [r.getMessage() for r in ngraph_logs.records if "KeepsItsLabel" in r.getMessage()]
+    assert len(said) == 1 and "runs eagerly" in said[0], said
