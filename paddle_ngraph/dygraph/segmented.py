@@ -140,7 +140,12 @@ def _updates_state(view, op) -> bool:
 
 
 def _wire(traced, pieces: list[Piece]):
-    producer = {name: (piece, op) for piece in pieces for op in piece.ops for name in op.output_names()}
+    """Each piece's inputs and outputs. An op reads a name from its last writer before it, in
+    program order: an in-place op (``pd_op.add_``, which Paddle's backward accumulates gradients
+    with under ``FLAGS_max_inplace_grad_add``) writes the name it reads, and wiring by the last
+    writer overall took it for its own input's maker, so the piece making that input never handed
+    it over (a ``KeyError`` in backward)."""
+    producer: dict = {}
     for piece in pieces:
         for op in piece.ops:
             for name in op.input_names():
@@ -155,6 +160,7 @@ def _wire(traced, pieces: list[Piece]):
                     piece.inputs.append(name)
                 if owner is not None and name not in owner.outputs:
                     owner.outputs.append(name)
+            producer.update((name, (piece, op)) for name in op.output_names())
     results = list(traced.outputs) + [g for g in traced.x_grads if g] + list(traced.p_grads.values())
     results += [n for piece in pieces if not piece.on_engine for op in piece.ops for n in op.output_names()
                 if traced.view.vars.get(n) is not None and traced.view.vars[n].persistable]

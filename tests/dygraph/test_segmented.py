@@ -278,6 +278,15 @@ class SizedFromShape(TanhNet):
         return self.fc(h.mean(axis=[2, 3]))
 
 
+class ReadTwice(TanhNet):
+    """h is read twice: under FLAGS_max_inplace_grad_add Paddle's backward sums its two gradients
+    with the in-place pd_op.add_, which writes the name it reads."""
+
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        return self.fc((h + F.tanh(h)).mean(axis=[2, 3]))
+
+
 def train_against_eager(cls, backend):
     paddle.seed(0)
     reference = cls()
@@ -330,6 +339,19 @@ def test_a_size_computed_from_a_static_shape_stays_a_constant_across_segments(ba
     assert compiled.segmented
     assert "2 ops left to Paddle (custom_op.pdng_signed_square: no converter, " \
            "custom_op.pdng_signed_square_grad: no converter)" in compiled.summary(), compiled.summary()
+
+
+def test_an_in_place_op_left_to_paddle_reads_what_the_segment_before_made(refuse_converter, backend):
+    """add_ left to Paddle: its input, made by the engine segment before it, is handed to it (wired by
+    the last writer overall, the add_ itself, it was not: a KeyError in backward)."""
+    refuse_converter("pd_op.add_")
+    flag = paddle.get_flags(["FLAGS_max_inplace_grad_add"])["FLAGS_max_inplace_grad_add"]
+    paddle.set_flags({"FLAGS_max_inplace_grad_add": 8})
+    try:
+        compiled = train_against_eager(ReadTwice, backend)
+    finally:
+        paddle.set_flags({"FLAGS_max_inplace_grad_add": flag})
+    assert compiled.segmented and "pd_op.add_: RefusedOpError" in compiled.summary(), compiled.summary()
 
 
 def test_fallback_false_refuses_the_layer_naming_the_op():
