@@ -53,6 +53,29 @@ def test_add_broadcast(ir, yshape):
     check_against_paddle(lambda x, y: x + y, {"x": x, "y": y}, ir=ir)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pir_in_place_elementwise_forms(dtype):
+    """add_, subtract_, multiply_ and divide_: PIR's in-place ops (built by _C_ops; Paddle's backward
+    accumulates gradients with add_ under FLAGS_max_inplace_grad_add). The legacy IR has no such
+    op types (its in-place ops are the plain ones writing their input's variable). z is read after
+    the four updated it, as Paddle's executor gives it."""
+    x = rng.standard_normal((3, 4)).astype(dtype)
+    y = (rng.uniform(0.5, 2.0, (3, 4)) * rng.choice([-1, 1], (3, 4))).astype(dtype)
+    built = []
+
+    def build(x, y):
+        z = x * 1
+        paddle._C_ops.add_(z, y)
+        paddle._C_ops.subtract_(z, x)
+        paddle._C_ops.multiply_(z, y)
+        paddle._C_ops.divide_(z, x)
+        built.extend(op.name() for op in paddle.static.default_main_program().global_block().ops)
+        return z + 1
+
+    check_against_paddle(build, {"x": x, "y": y}, ir="pir", grads=False)
+    assert {"pd_op.add_", "pd_op.subtract_", "pd_op.multiply_", "pd_op.divide_"} <= set(built)
+
+
 @pytest.mark.parametrize("ir", IRS)
 def test_relu(ir):
     x = rng.standard_normal((6, 7)).astype("float32")

@@ -29,6 +29,9 @@ def _kind(op_type: str) -> str:
     "elementwise_add", "pd_op.add", "elementwise_sub", "pd_op.subtract", "elementwise_mul", "pd_op.multiply",
     "elementwise_div", "pd_op.divide", "elementwise_max", "pd_op.maximum", "elementwise_min", "pd_op.minimum",
     "elementwise_pow", "pd_op.elementwise_pow",
+    # PIR's in-place forms (the result takes x's name): Paddle's backward accumulates a gradient read
+    # twice with add_ under FLAGS_max_inplace_grad_add (its ResNet build-strategy test sets it).
+    "pd_op.add_", "pd_op.subtract_", "pd_op.multiply_", "pd_op.divide_",
 )
 def elementwise(ctx):
     """All binary elementwise ops share this converter; ``_BINARY`` picks the IR op by name."""
