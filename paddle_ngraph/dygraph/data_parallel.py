@@ -141,21 +141,22 @@ def broadcast_inputs(group, layer_name: str, inputs: tuple, kwargs: dict):
 def positional_inputs(layer, inputs: tuple, kwargs: dict) -> tuple | None:
     """``inputs`` and ``kwargs`` as one positional tuple by ``layer.forward``'s signature:
     ``model(img, label=label)`` (Paddle's own MNIST test model) is ``model(img, label)``. Only where
-    every keyword names a parameter after ``inputs`` that can be given by position and no parameter
-    between them is left out (its default would have to be passed as an input); else None, and the
-    Layer runs eagerly with the keywords as given."""
+    every keyword names a parameter after ``inputs`` that can be given by position and each
+    parameter between them left out defaults to None, passed as None (``model(img, im_shape=s)``
+    of Paddle's YOLOv3 test model, whose ``gtbox=None, ...`` come before): another default would
+    have to be passed as an input. Else None, and the Layer runs eagerly with the keywords as given."""
     try:
-        parameters = list(inspect.signature(layer.forward).parameters.values())
+        parameters = [p for p in inspect.signature(layer.forward).parameters.values() if p.kind in _BY_POSITION]
     except (TypeError, ValueError):
         return None
-    names = [p.name for p in parameters if p.kind in _BY_POSITION]
-    later = names[len(inputs):]
-    if not set(kwargs) <= set(later):
+    later = parameters[len(inputs):]
+    names = [p.name for p in later]
+    if not set(kwargs) <= set(names):
         return None
-    count = max(later.index(k) for k in kwargs) + 1
-    if any(name not in kwargs for name in later[:count]):
+    count = max(names.index(k) for k in kwargs) + 1
+    if any(p.name not in kwargs and p.default is not None for p in later[:count]):
         return None
-    return tuple(inputs) + tuple(kwargs[name] for name in later[:count])
+    return tuple(inputs) + tuple(kwargs.get(p.name) for p in later[:count])
 
 
 class DataParallel(paddle.nn.Layer):

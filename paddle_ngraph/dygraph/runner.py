@@ -368,8 +368,8 @@ class LayerEngine:
             # flat, through a Layer that regroups them for the user's forward.
             structure = _input_structure(args)
             if structure is None:
-                return self.eager(args, "non-tensor positional inputs (only tensors and lists or tuples of them "
-                                        "are captured)")
+                return self.eager(args, "non-tensor positional inputs (only tensors, None and lists or tuples of "
+                                        "them are captured)")
             tensors = _flatten_inputs(args)
             layer = self._regrouping.get(structure)
             if layer is None:
@@ -828,13 +828,17 @@ def check_options(config: dict):
 
 def _input_structure(args):
     """The nesting of positional inputs that are tensors or (nested) lists and tuples of tensors, as
-    a hashable value: ``"t"`` for a tensor, ``("list"|"tuple", (...))`` for a sequence; None when
-    anything else is among them (the Layer then runs eagerly)."""
+    a hashable value: ``"t"`` for a tensor, ``"none"`` for None (an optional input left out, YOLOv3's
+    ``gtbox`` at inference: part of the signature, passed to the forward as it is),
+    ``("list"|"tuple", (...))`` for a sequence; None when anything else is among them (the Layer
+    then runs eagerly)."""
     import paddle
 
     def of(value):
         if isinstance(value, paddle.Tensor):
             return "t"
+        if value is None:
+            return "none"
         if isinstance(value, (list, tuple)) and value:
             inner = tuple(of(v) for v in value)
             return None if None in inner else (type(value).__name__, inner)
@@ -851,7 +855,7 @@ def _flatten_inputs(args) -> list:
         if isinstance(value, (list, tuple)):
             for v in value:
                 add(v)
-        else:
+        elif value is not None:
             flat.append(value)
 
     for a in args:
@@ -872,6 +876,8 @@ def _regrouping_layer(layer, structure):
     count = [0]
 
     def expression(node):
+        if node == "none":
+            return "None"
         if node == "t":
             count[0] += 1
             return f"x{count[0] - 1}"

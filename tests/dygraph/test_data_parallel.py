@@ -465,14 +465,54 @@ def test_keyword_inputs_by_position_are_captured_and_train_like_paddle():
         assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)
 
 
-def test_keyword_inputs_leaving_a_parameter_out_run_eagerly(ngraph_logs):
-    """``scale=`` without ``label``: label's default would have to be passed as an input."""
+def test_keyword_inputs_leaving_a_none_parameter_out_pass_it_as_none(ngraph_logs):
+    """``scale=`` without ``label``: label's default None is passed as None; here the forward cannot
+    take it (cross_entropy of None), so the Layer runs eagerly, the warning naming the line, and
+    fails with Paddle's own error."""
     model = paddle_ngraph.DataParallel(WithLabel())
     with pytest.raises(Exception):  # label None: Paddle's own error, eagerly
         model(paddle.ones([2, 6]), scale=paddle.ones([1]))
     said = [r.getMessage() for r in ngraph_logs.records if "runs eagerly" in r.getMessage()]
-    assert len(said) == 1 and "keyword inputs" in said[0], said
+    assert len(said) == 1 and "test_data_parallel.py:" in said[0] and "F.cross_entropy(logits, label)" in said[0], said
     assert model.engine.eager_steps == 1 and model.engine.steps == 0
+
+
+class Optional(nn.Layer):
+    """forward(x, gtbox=None, ..., im_shape=None), as Paddle's YOLOv3 test model: called at inference
+    as ``model(img, im_shape=shape)``, or with the Nones given."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x, mask=None, scale=None):
+        h = self.fc(x)
+        if mask is not None:
+            h = h * mask
+        return h if scale is None else h * scale
+
+
+def test_none_inputs_are_captured_and_train_like_paddle():
+    rng = np.random.default_rng(9)
+    xs, ss = rng.standard_normal((3, 4, 6)).astype("float32"), rng.uniform(0.5, 2.0, (3, 4, 3)).astype("float32")
+    runs = []
+    for wrap in (False, True):
+        paddle.seed(13)
+        layer = Optional()
+        model = paddle_ngraph.DataParallel(layer) if wrap else layer
+        opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+        for i, (x, s) in enumerate(zip(xs, ss)):
+            x, s = paddle.to_tensor(x), paddle.to_tensor(s)
+            out = model(x, scale=s) if i % 2 else model(x, None, s)
+            (out ** 2).mean().backward()
+            opt.step()
+            opt.clear_grad()
+        runs.append([p.numpy() for p in model.parameters()])
+    assert model.engine.steps == 3 and model.engine.eager_steps == 0  # one signature, captured
+    assert len(model.engine.compiled) == 1
+    for got, ref in zip(runs[1], runs[0]):
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+
 
 def test_paddle_data_parallels_own_arguments_are_taken():
     """paddle.DataParallel(layer, strategy, comm_buffer_size=25, last_comm_buffer_size=1,
