@@ -363,6 +363,7 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
         raise CaptureError(f"Layer {name}: {'; '.join(leaving)} (a tensor's value leaves the graph, which a "
                            f"captured program would freeze at its first call)")
     before = python_state(layer)
+    attributes = layer_attributes(layer)
     try:
         # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
         # follows the Layers' own ``training`` flags, read while tracing. Fleet's tensor-parallel
@@ -378,6 +379,7 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
                            f"{translator_reason(e)}") from e
     finally:
         changed = restore_python_state(before)
+        drop_traced_values(attributes)
     if changed:
         raise CaptureError(f"Layer {name}: its forward changes Python state ({'; '.join(changed)}), which a "
                            f"captured program would not change again, nor let later calls read anew")
@@ -418,6 +420,40 @@ def restore_python_state(before: list) -> list[str]:
             changed.append(f"{type(sub).__name__}.{attr} ({value!r} -> {now!r})")
             setattr(sub, attr, value)
     return changed
+
+
+def layer_attributes(layer) -> list:
+    """(sublayer, its attributes as they are) of the user-defined Layers in ``layer``."""
+    return [(sub, dict(vars(sub))) for sub in [layer, *layer.sublayers()]
+            if not type(sub).__module__.startswith("paddle.")]
+
+
+def drop_traced_values(before: list):
+    """Puts back the attributes in which tracing left the program's values (``self.losses =
+    [...]``, ``self.outputs``, ``self.gtbox = gtbox`` in Paddle's YOLOv3 test model): after the
+    trace they held placeholders of a program the engine runs instead, which no later call
+    updates, and reading them (``float(model._layers.losses[0])``) failed far from the cause. An
+    attribute the trace added is removed; one it replaced gets its value from before."""
+    for sub, attributes in before:
+        for attr, now in list(vars(sub).items()):
+            if not _holds_traced_value(now):
+                continue
+            if attr in attributes:
+                sub.__dict__[attr] = attributes[attr]
+            else:
+                del sub.__dict__[attr]
+
+
+def _holds_traced_value(value) -> bool:
+    import paddle
+
+    if isinstance(value, (paddle.pir.Value, paddle.static.Variable)):  # PIR's, the legacy IR's
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_traced_value(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_traced_value(v) for v in value.values())
+    return False
 
 
 def translator_reason(error) -> str:

@@ -429,7 +429,6 @@ def test_inputs_of_other_kinds_still_run_eagerly(ngraph_logs):
     assert model.engine.eager_steps == 1 and model.engine.steps == 0
 
 
-
 class WithLabel(nn.Layer):
     """Paddle's own dygraph-to-static MNIST model is called ``model(img, label=label)``."""
 
@@ -588,3 +587,29 @@ def test_a_layer_made_inside_forward_runs_eagerly_with_a_message(ngraph_logs):
     said = [r.getMessage() for r in ngraph_logs.records if "not the Layer's" in r.getMessage()]
     assert len(said) == 1 and "Layer MakesItsHead" in said[0] and "linear_" in said[0], said
     assert model.engine.steps == 0 and model.engine.eager_steps == 2
+
+
+class KeepsWhatItComputes(nn.Layer):
+    """Keeps its intermediate values in attributes, as Paddle's YOLOv3 test model keeps
+    ``self.outputs`` and ``self.losses``: one set in __init__, one first set by the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+        self.outputs = []
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.outputs = [h]
+        self.losses = {"square": (h * h).mean()}
+        return h
+
+
+def test_attributes_a_traced_forward_sets_hold_no_placeholders():
+    """The trace ran the forward on placeholders of the program; left in the attributes, they were
+    what ``model._layers.outputs`` gave after a call on the engine (float() of one failed)."""
+    net = KeepsWhatItComputes()
+    model = paddle_ngraph.DataParallel(net)
+    model(paddle.ones([2, 6])).mean().backward()
+    assert model.engine.steps == 1 and model.engine.eager_steps == 0
+    assert net.outputs == [] and not hasattr(net, "losses")
