@@ -1,8 +1,12 @@
 """The public entry points: convert, unsupported_ops."""
 from __future__ import annotations
 
-from .frontend import ConversionSession, decode, forward_sinks
+from .backends.interpreter import evaluate_nodes
+from .frontend import ConversionSession, constant_folding, decode, forward_sinks
 from .ir import Function
+
+# Constant folding (frontend) computes with the reference kernels (backends), a layer above it.
+constant_folding.use_evaluator(evaluate_nodes)
 
 
 def unsupported_ops(program, config=None, nranks: int | None = None, **overrides) -> list[dict]:

@@ -46,18 +46,24 @@ def _constant_graph(value: Output) -> list | None:
     return order
 
 
+def use_evaluator(evaluate) -> None:
+    """Sets what computes a constant graph: ``evaluate(nodes) -> {node id: outputs}`` over nodes in
+    order, or None where it has no kernel for one of them. The frontend sits below the backends
+    (the layering contract in pyproject.toml), so the package wires in the INTERPRETER's reference
+    kernels (``backends.interpreter.evaluate_nodes``) when it is imported (``paddle_ngraph/api.py``)."""
+    global _EVALUATE
+    _EVALUATE = evaluate
+
+
+_EVALUATE = None
+
+
 def folded_value(value: Output) -> np.ndarray | None:
     """``value`` computed now, if it depends on constants only (see the module's docstring)."""
     nodes = _constant_graph(value)
-    if nodes is None:
+    if nodes is None or _EVALUATE is None:
         return None
-    from ..backends.interpreter.bfloat16 import kernel_for
-    from ..backends.interpreter.kernels import KERNELS
-
-    if any(n.op_type not in KERNELS for n in nodes):
+    results = _EVALUATE(nodes)
+    if results is None:
         return None
-    results: dict[int, list] = {}
-    for node in nodes:
-        args = [results[i.node.id][i.index] for i in node.inputs]
-        results[node.id] = kernel_for(node, KERNELS)(node, args, None)
     return np.asarray(results[value.node.id][value.index])
