@@ -412,12 +412,16 @@ class LayerEngine:
         if self._tensor_ids:
             log.info("%sLayer %s changed its parameters or buffers: captured again", self.rank_prefix(),
                      type(self.layer).__name__)
+        self._renamed_tensors(ids)
+        self.compiled.clear()
+        self.refused.clear()
+
+    def _renamed_tensors(self, ids: tuple):
+        """Forgets what was looked up of the Layer's tensors (by name, and their memory's views)."""
         self._tensor_ids = ids
         self._params = None
         self._views.clear()
         self._grad_views.clear()
-        self.compiled.clear()
-        self.refused.clear()
 
     def _adopt_tensors_set_by_forward(self):
         """After an eager call: a forward that keeps a tensor in an attribute (``self.gtbox = gtbox``,
@@ -427,10 +431,7 @@ class LayerEngine:
         names the Layer's tensors is refreshed (a capture reads its tensors by name)."""
         ids = tuple(map(id, _layer_tensors(self.layer, [])))
         if ids != self._tensor_ids:
-            self._tensor_ids = ids
-            self._params = None
-            self._views.clear()
-            self._grad_views.clear()
+            self._renamed_tensors(ids)
 
     def _pack(self, compiled, outputs):
         """The Layer's output structure, as Paddle's to_static restores it (a lone value unwrapped)."""
