@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import ConfigError, TransportError
 from .launcher import detect_launcher
 from .mpi import _average
+from .owned_store import OwnedStore
 from .registry import TransportSpec, register_transport
 from .transport import NativeLink, Transport
 
@@ -152,7 +153,8 @@ class CclTransport(Transport):
             self._store = core.create_or_get_global_tcp_store()
         else:
             host, port = endpoints[0].rsplit(":", 1)
-            self._store = core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s)
+            self._store = OwnedStore(core.TCPStore(host, int(port), self.rank == 0, self.size, timeout_s),
+                                     f"rank {self.rank}: the ccl transport's TCPStore at {host}:{port}")
         # The global store outlives a transport: a later connect of this process (after close())
         # must not read the address an earlier one left there, so each connect has its own key.
         global _CONNECTS

@@ -23,6 +23,7 @@ import socket
 import threading
 
 from ..errors import TransportError
+from .owned_store import OwnedStore
 
 
 class SideChannel:
@@ -93,7 +94,8 @@ def open_side_channel(transport, timeout_s: float) -> SideChannel:
         if isinstance(address, str):
             raise TransportError(f"rank {transport.rank}: no side channel for the stall watchdog: rank 0 {address}")
         host, port = address
-        store = core.TCPStore(host, port, False, transport.size, timeout)
+        store = OwnedStore(core.TCPStore(host, port, False, transport.size, timeout),
+                           f"rank {transport.rank}: the side channel's TCPStore at {host}:{port}")
         return SideChannel(store, transport.rank, transport.size)
     host, port = _store_host(single_node), _free_port()
     try:
@@ -102,7 +104,8 @@ def open_side_channel(transport, timeout_s: float) -> SideChannel:
         comm.bcast(f"could not open it: {e}", root=0)
         raise
     comm.bcast((host, port), root=0)
-    return SideChannel(server(), transport.rank, transport.size)
+    store = OwnedStore(server(), f"rank 0: the side channel's TCPStore at {host}:{port}")
+    return SideChannel(store, transport.rank, transport.size)
 
 
 def _start_server(core, host: str, port: int, size: int, timeout: int):

@@ -26,7 +26,6 @@ non-zero, which both launchers turn into the end of every rank).
 """
 from __future__ import annotations
 
-import atexit
 import json
 import sys
 import threading
@@ -34,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import TransportError
+from .owned_store import before_closing
 
 STORE_BUDGET_S = 5.0
 _MAX_TENSOR_NAMES = 4
@@ -264,10 +264,13 @@ class Watchdog:
 _WATCHDOGS: dict[int, Watchdog] = {}
 
 
-@atexit.register
 def _stop_all():
     for watchdog in _WATCHDOGS.values():
         watchdog.stop()
+
+
+# At exit the watchdogs stop before the stores they publish to close.
+before_closing(_stop_all)
 
 
 def watchdog_for(transport, timeout_s: float) -> Watchdog:
