@@ -45,9 +45,19 @@ demo: build
 	rm -rf build/demo-log
 	PYTHONWARNINGS="ignore:No ccache found:UserWarning" $(PY) -m paddle.distributed.launch --log_level WARNING --log_dir build/demo-log --nproc_per_node 2 examples/fleet_mnist_demo.py
 
-# The whole suite (every marker).
+# The whole suite (every marker), as two lanes at once: the tests that start ranks (mpirun, the
+# launcher, tests/deploy) one after the other, as they would run alone, and meanwhile the rest in a
+# second pytest, whose report follows the first's (build/test-one-process.log). Either failing fails.
 test: build test-debs
-	$(PY) -m pytest -q tests
+	@mkdir -p build
+	@$(PY) -m pytest -q -m "not distributed and not deploy" tests > build/test-one-process.log 2>&1 & \
+	one_process=$$!; trap "kill $$one_process 2>/dev/null" INT TERM; \
+	echo "== tests that start ranks (the tests in one process run beside them: build/test-one-process.log)"; \
+	$(PY) -m pytest -q -m "distributed or deploy" tests; ranks=$$?; \
+	wait $$one_process; single=$$?; \
+	echo "== tests in one process"; cat build/test-one-process.log; \
+	echo "== tests that start ranks: $$( [ $$ranks = 0 ] && echo passed || echo FAILED ); tests in one process: $$( [ $$single = 0 ] && echo passed || echo FAILED )"; \
+	[ $$ranks = 0 ] && [ $$single = 0 ]
 
 # The fast lane: one process per test, no launcher, nothing from tests/deploy, nothing over about
 # 3.5 s (markers in pyproject.toml; tests/conftest.py refuses to start ranks in an unmarked test).

@@ -20,6 +20,7 @@ FEATURES, HIDDEN, CLASSES = 6, 8, 3
 def custom_op_module():
     """Loaded once per process: a second ``load`` of the same operator returns an empty module."""
     import contextlib
+    import fcntl
     import io
     import warnings
 
@@ -27,9 +28,12 @@ def custom_op_module():
 
     os.makedirs(BUILD_DIR, exist_ok=True)
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "custom_ops", "signed_square.cc")
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")  # "No ccache found"
-        return load(name="pdng_signed_square", sources=[source], build_directory=BUILD_DIR, verbose=False)
+    # One process builds at a time: the ranks of a job, and make test's two lanes, load it together.
+    with open(os.path.join(BUILD_DIR, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")  # "No ccache found"
+            return load(name="pdng_signed_square", sources=[source], build_directory=BUILD_DIR, verbose=False)
 
 
 def build(middle: str, optimizer: str = "sgd", lr: float = 0.1, batch: int = -1):
