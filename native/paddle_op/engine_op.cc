@@ -14,9 +14,13 @@
 // one shared empty tensor. Why the small one: Paddle's executor frees every unused
 // result through its garbage collector thread, one wake-up each
 // (paddle_ngraph/transpiler/rewrite.py).
+#include <Python.h>
+
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +28,12 @@
 #include "paddle/common/enforce.h"
 #include "paddle/phi/core/dense_tensor.h"
 #include "paddle/extension.h"
+
+// libpaddle's own conversion of a tensor to a `paddle.Tensor` (eager mode), as its generated Python
+// API returns results; its header is not part of the wheel.
+namespace paddle::pybind {
+PyObject* ToPyObject(const paddle::Tensor& value, bool return_py_none_if_not_initialize);
+}
 
 namespace {
 
@@ -49,24 +59,95 @@ struct Allocation {
   std::vector<char> made;  // per slot: whether the engine gave it a value (of any size, 0 included)
 };
 
+// A DenseTensor given memory by Paddle's CPU allocator directly: paddle::empty dispatches a kernel
+// (its infer-meta and launch) for the same allocation, a few microseconds per tensor.
+std::shared_ptr<phi::DenseTensor> new_dense(phi::DataType dtype, int ndim, const int64_t* shape) {
+  static phi::Allocator* allocator = paddle::GetAllocator(phi::CPUPlace());
+  return std::make_shared<phi::DenseTensor>(
+      allocator, phi::DenseTensorMeta(dtype, common::make_ddim(std::vector<int64_t>(shape, shape + ndim))));
+}
+
 void* allocate_output(void* ctx, int index, int dtype, int ndim, const int64_t* shape) {
   auto* alloc = static_cast<Allocation*>(ctx);
   if (index < 0 || index >= static_cast<int>(alloc->outputs.size())) return nullptr;
-  // A DenseTensor given memory by Paddle's CPU allocator directly: paddle::empty dispatches a
-  // kernel (its infer-meta and launch) for the same allocation, a few microseconds per output and step.
-  static phi::Allocator* allocator = paddle::GetAllocator(phi::CPUPlace());
-  auto dense = std::make_shared<phi::DenseTensor>(
-      allocator, phi::DenseTensorMeta(static_cast<phi::DataType>(dtype),
-                                      common::make_ddim(std::vector<int64_t>(shape, shape + ndim))));
+  auto dense = new_dense(static_cast<phi::DataType>(dtype), ndim, shape);
   void* data = dense->data();
   alloc->outputs[index] = paddle::Tensor(dense);
   alloc->made[index] = 1;
   return data;
 }
 
+// The Paddle dtype of a buffer's struct format ("f", "<d", "Zf", ...); false for the others.
+bool dtype_of_format(const char* format, Py_ssize_t itemsize, phi::DataType* dtype) {
+  if (format == nullptr) return false;
+  while (*format == '<' || *format == '=' || *format == '@' || *format == '|') ++format;
+  const std::string f(format);
+  if (f == "f" && itemsize == 4) *dtype = phi::DataType::FLOAT32;
+  else if (f == "d" && itemsize == 8) *dtype = phi::DataType::FLOAT64;
+  else if (f == "e" && itemsize == 2) *dtype = phi::DataType::FLOAT16;
+  else if ((f == "q" || f == "l") && itemsize == 8) *dtype = phi::DataType::INT64;
+  else if ((f == "i" || f == "l") && itemsize == 4) *dtype = phi::DataType::INT32;
+  else if (f == "h" && itemsize == 2) *dtype = phi::DataType::INT16;
+  else if (f == "b" && itemsize == 1) *dtype = phi::DataType::INT8;
+  else if (f == "B" && itemsize == 1) *dtype = phi::DataType::UINT8;
+  else if (f == "?" && itemsize == 1) *dtype = phi::DataType::BOOL;
+  else return false;
+  return true;
+}
+
+// One array's copy as a new `paddle.Tensor`; None (a new reference) where it is not a non-empty,
+// C-contiguous array of a dtype above.
+PyObject* paddle_copy(PyObject* array) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  phi::DataType dtype;
+  if (view.len == 0 || !dtype_of_format(view.format, view.itemsize, &dtype)) {
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+  }
+  std::vector<int64_t> shape(view.shape, view.shape + view.ndim);
+  auto dense = new_dense(dtype, view.ndim, shape.data());
+  std::memcpy(dense->data(), view.buf, static_cast<size_t>(view.len));
+  PyBuffer_Release(&view);
+  return paddle::pybind::ToPyObject(paddle::Tensor(dense), false);
+}
+
 }  // namespace
 
 extern "C" {
+// New `paddle.Tensor`s holding copies of a list of NumPy arrays (None for an array it does not
+// take: the caller copies that one itself), for the dygraph engine's results, which live in its
+// arena until its next call. One call for all of them, and no kernel dispatch per tensor: about
+// 2.5 us a tensor through paddle's Python API (its `empty` and a NumPy view to copy into).
+// Called with the GIL held (ctypes.PyDLL).
+PyObject* pdng_paddle_copies(PyObject* arrays) {
+  PyObject* seq = PySequence_Fast(arrays, "pdng_paddle_copies takes a list of arrays");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) {
+    Py_DECREF(seq);
+    return nullptr;
+  }
+  try {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* tensor = paddle_copy(PySequence_Fast_GET_ITEM(seq, i));
+      if (tensor == nullptr) throw std::runtime_error("paddle could not wrap a tensor");
+      PyList_SET_ITEM(out, i, tensor);
+    }
+  } catch (const std::exception& e) {
+    Py_DECREF(out);
+    Py_DECREF(seq);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
 // Set once by the Cython bridge at import.
 void pdng_set_run_callback(pdng_run_fn fn) { g_run = fn; }
 

@@ -126,6 +126,31 @@ def _paddle_copy(array: np.ndarray):
     return tensor
 
 
+_COPIES = None  # transpiler.engine_op.paddle_copies(), False without the operator library
+
+
+def _paddle_copies(arrays: list) -> list:
+    """New Paddle tensors holding copies of ``arrays``, made by one native call for all of them
+    (about 0.5 us a tensor against 2.5 for ``_paddle_copy``); ``_paddle_copy`` for each array the
+    call does not take."""
+    global _COPIES
+    if _COPIES is None:
+        from ..errors import NgraphError
+        from ..transpiler.engine_op import paddle_copies
+
+        try:
+            _COPIES = paddle_copies()
+        except NgraphError:
+            _COPIES = False
+    if _COPIES is False or not arrays:
+        return [_paddle_copy(a) for a in arrays]
+    tensors = _COPIES(arrays)
+    for i, tensor in enumerate(tensors):
+        if tensor is None:
+            tensors[i] = _paddle_copy(arrays[i])
+    return tensors
+
+
 class Compiled:
     """One signature of one Layer: its capture and executables."""
 
@@ -643,7 +668,7 @@ class LayerEngine:
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, self.local_transport)
         write_back(outputs, inputs, compiled.state_writeback)
-        values = [_paddle_copy(outputs[k]) for k in compiled.out_positions]
+        values = _paddle_copies([outputs[k] for k in compiled.out_positions])
         record = None
         if train:
             record = _Saved(compiled, list(tensors), args, [outputs[k] for k in compiled.saved_positions],
@@ -760,7 +785,7 @@ class LayerEngine:
         the sum must be in ``param.grad`` before it is averaged (hooks then see no gradient)."""
         params = self.named_tensors()
         if not pending_local:
-            grads = [_paddle_copy(value) for value in grad_values]
+            grads = _paddle_copies(list(grad_values))
         else:
             grads = []
             for name, value in zip(cap.grads, grad_values):
@@ -791,8 +816,9 @@ class LayerEngine:
         if sync:
             self.updates += 1
         arg_grads = [None] * num_args
-        for i, value in xgrad_values.items():
-            arg_grads[i] = _paddle_copy(value)
+        if xgrad_values:
+            for i, tensor in zip(xgrad_values, _paddle_copies(list(xgrad_values.values()))):
+                arg_grads[i] = tensor
         return arg_grads + grads
 
 

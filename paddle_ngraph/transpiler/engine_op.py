@@ -37,6 +37,18 @@ def library() -> ctypes.CDLL:
     return lib
 
 
+@functools.lru_cache(maxsize=None)
+def paddle_copies():
+    """The library's ``pdng_paddle_copies``: a list of NumPy arrays -> a list of new ``paddle.Tensor``
+    holding their copies (None for an array it does not take: empty, not C-contiguous, or of a
+    dtype without an entry there). Called with the GIL held, hence ``PyDLL``."""
+    library()
+    copies = ctypes.PyDLL(_library_path()).pdng_paddle_copies
+    copies.argtypes = [ctypes.py_object]
+    copies.restype = ctypes.py_object
+    return copies
+
+
 # The operator's sizes (native/paddle_op/engine_op.cc) and their output slots. A segment takes the
 # smallest that holds its values: Paddle's executor frees every unused slot through its garbage
 # collector thread, a wake-up each (rewrite.py). The ordering token is the last slot of the large
