@@ -14,6 +14,8 @@ Cases (float32, SGD, random data):
   dygraph_mlp        a 2-layer MLP (64-64-10) Layer at batch 4: paddle_ngraph.DataParallel against
                      the plain dygraph loop (loss.backward(); opt.step(); opt.clear_grad())
   dygraph_embedding  Embedding(1000, 16) of 5 tokens, mean, Linear(16, 10), batch 8: the same
+  dygraph_shared_unused  Paddle's parallel_dygraph_shared_unused_var model (one Linear(10, 10) used, a
+                     second one unused whose bias is also an attribute of the Layer), batch 4: the same
   static_mlp         784-600-10 (dist_mnist's MLP) at batch 4: transpile + exe.run against Paddle's executor
   static_lenet       LeNet-5 on 1x28x28 at batch 8
   static_word2vec    4 context words through one Embedding(1000, 32), concatenated, Linear(128, 64),
@@ -42,7 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-DYGRAPH_CASES = ["dygraph_mlp", "dygraph_embedding"]
+DYGRAPH_CASES = ["dygraph_mlp", "dygraph_embedding", "dygraph_shared_unused"]
 STATIC_MODELS = ["mlp", "lenet", "word2vec"]
 STATIC_CASES = [f"static_{m}{s}" for m in STATIC_MODELS for s in ("", "_2seg", "_side")]
 CASES = DYGRAPH_CASES + STATIC_CASES + ["transpile_mpirun"]
@@ -156,7 +158,18 @@ def dygraph_layer(case: str):
         def forward(self, tokens):
             return self.out(self.embedding(tokens).mean(axis=1))
 
-    return MLP() if case == "dygraph_mlp" else EmbeddingLinear()
+    class SharedUnused(paddle.nn.Layer):
+        """Paddle's test/legacy_test/parallel_dygraph_shared_unused_var.py model."""
+
+        def __init__(self):
+            super().__init__()
+            self.net_a, self.net_b = paddle.nn.Linear(10, 5), paddle.nn.Linear(10, 10)
+            self.bias = self.net_a.bias
+
+        def forward(self, x):
+            return self.net_b(x)
+
+    return {"dygraph_mlp": MLP, "dygraph_embedding": EmbeddingLinear, "dygraph_shared_unused": SharedUnused}[case]()
 
 
 def dygraph_systems(case: str) -> dict:
@@ -167,6 +180,8 @@ def dygraph_systems(case: str) -> dict:
     paddle.disable_static()
     if case == "dygraph_mlp":
         x = paddle.randn([4, 64])
+    elif case == "dygraph_shared_unused":
+        x = paddle.randn([4, 10])
     else:
         x = paddle.randint(0, VOCAB, [8, 5])
     label = paddle.randint(0, 10, [x.shape[0], 1])
@@ -308,7 +323,7 @@ def report_lines(report: dict) -> list[str]:
         ms, ratios = result["ms"], result["ratios"]
         engine = "engine_2seg" if "engine_2seg" in ms else "engine"
         model = case.replace("static_", "").replace("_2seg", "").replace("_side", "")
-        batch = BATCH.get(model, 4 if case == "dygraph_mlp" else 8)
+        batch = BATCH.get(model, 4 if case in ("dygraph_mlp", "dygraph_shared_unused") else 8)
         border = _spread(ratios["engine_2seg/engine"]) if "engine_2seg/engine" in ratios else ""
         lines.append(f"| `{case}` | {batch} | {_spread(ms[engine], digits=3)} | {_spread(ms['paddle'], digits=3)} | "
                      f"**{_spread(ratios[f'paddle/{engine}'])}** | {border} |")

@@ -199,6 +199,27 @@ def test_bench_small_times_each_system_every_round_and_the_border_of_two_segment
     assert "| `static_mlp_2seg` | 4 |" in table and "load average" in table
 
 
+@pytest.mark.usefixtures("dynamic_mode")
+def test_bench_small_dygraph_cases_time_the_layer_on_the_engine():
+    """Each dygraph case's engine system runs its Layer on the engine, not eagerly (a Layer falling
+    back would time Paddle against itself)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import bench_small
+
+    import paddle_ngraph
+
+    import gc
+
+    for case in bench_small.DYGRAPH_CASES:
+        before = {id(e) for e in paddle_ngraph.engines()}
+        systems = bench_small.dygraph_systems(case)
+        systems["engine"]()
+        [engine] = [e for e in paddle_ngraph.engines() if id(e) not in before]
+        assert (engine.steps, engine.eager_steps) == (1, 0), case
+        del systems, engine
+        gc.collect()  # its engine leaves engines() now, not during a later test that counts them
+
+
 def test_bench_small_an_op_on_the_path_makes_two_segments_one_beside_it_none():
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     import bench_small
