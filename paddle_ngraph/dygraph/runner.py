@@ -147,7 +147,7 @@ def _paddle_copies(arrays: list) -> list:
     tensors = _COPIES(arrays)
     for i, tensor in enumerate(tensors):
         if tensor is None:
-            tensors[i] = _paddle_copy(arrays[i])
+            tensors[i] = _paddle_copy(np.asarray(arrays[i]))
     return tensors
 
 
@@ -664,7 +664,7 @@ class LayerEngine:
                 record = _Saved(compiled, list(tensors), args, saved,
                                 self.sync_gradients and self.dp_transport is not None)
                 compiled.pending = record
-            return [_to_paddle(o) for o in outputs], record
+            return _paddle_copies(outputs), record
         inputs = compiled.arrays(compiled.forward_inputs, args)
         outputs = compiled.forward.call(inputs, self.local_transport)
         write_back(outputs, inputs, compiled.state_writeback)

@@ -337,14 +337,15 @@ class SegmentedCompiled:
         return env
 
     def forward(self, args: list, params: dict, train: bool):
-        """The outputs (NumPy, owned) and, when ``train``, the forward values backward reads: views
-        of the engines' arenas, valid until these pieces run again (the runner copies them then,
-        if their backward has not run, as for a Layer captured whole)."""
+        """The outputs and, when ``train``, the forward values backward reads: NumPy views of the
+        engines' arenas (or of what Paddle's pieces fetched), valid until these pieces run again.
+        The runner copies the outputs into Paddle tensors at once, and the saved values when the
+        pieces are about to run again before their backward has (as for a Layer captured whole)."""
         env = self._env(args, params)
         for piece, runner in zip(self.pieces, self.runners):
             if piece.phase == FORWARD_PHASE:
                 runner.run(env, params)
-        outputs = [np.array(env[n], copy=True) for n in self.traced.outputs]
+        outputs = [env[n] for n in self.traced.outputs]
         saved = {n: env[n] for n in self.saved} if train else None
         return outputs, saved
 
