@@ -311,6 +311,14 @@ class CPUExecutable(Executable):
         ``outputs``: input index -> an array of the input's dtype and shape into which the results
         that replace that input are written (where the backend writes them in place: every other
         result replacing it is copied there by ``write_back``), instead of into the input."""
+        last = self.last
+        if outputs is None and last is not None and transport is self._transport and not last.collectives:
+            # The signature of an earlier call, whose checks it passed: no checks in Python again.
+            results = last.native.run_if_accepted(inputs if type(inputs) is list else list(inputs))
+            if results is not None:
+                for position, index in last.result_is_input.items():
+                    results[position] = inputs[index]
+                return results
         if len(inputs) != len(self._expected):
             raise ExecutionError(f"function '{self.function.name}' takes {len(self._expected)} inputs, got {len(inputs)}")
         arrays = []
@@ -330,6 +338,8 @@ class CPUExecutable(Executable):
                 results[position] = outputs.get(index, arrays[index])
             return results
         results = specialization.native.run(arrays)
+        if not specialization.collectives:
+            specialization.native.accept_signature(arrays)
         for position, index in specialization.result_is_input.items():
             results[position] = arrays[index]
         return results
