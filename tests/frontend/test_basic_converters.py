@@ -20,10 +20,17 @@ def test_matmul(ir, dtype, tx, ty):
 
 
 @pytest.mark.parametrize("ir", IRS)
-def test_batched_matmul_broadcast(ir):
-    a = rng.standard_normal((2, 3, 4)).astype("float32")
-    b = rng.standard_normal((4, 5)).astype("float32")
-    check_against_paddle(lambda a, b: static_op(lambda: paddle.matmul(a, b), "matmul_v2", {"X": a, "Y": b}),
+@pytest.mark.parametrize("ashape,bshape,tx,ty", [((2, 3, 4), (4, 5), False, False),
+                                                 ((2, 3, 1, 4), (5, 4), False, True),
+                                                 ((2, 4, 3), (4, 5), True, False),
+                                                 ((2, 3, 4), (2, 4, 5), False, False)], ids=str)
+def test_batched_matmul_broadcast(ir, ashape, bshape, tx, ty):
+    """A batch of x against a 2-D y (not transposed x: one product over x's rows, and y's gradient one
+    product, not a batch summed), a transposed x, and a batch against a batch."""
+    a = rng.standard_normal(ashape).astype("float32")
+    b = rng.standard_normal(bshape).astype("float32")
+    check_against_paddle(lambda a, b: static_op(lambda: paddle.matmul(a, b, transpose_x=tx, transpose_y=ty),
+                                                "matmul_v2", {"X": a, "Y": b}, {"trans_x": tx, "trans_y": ty}),
                          {"a": a, "b": b}, ir=ir)
 
 

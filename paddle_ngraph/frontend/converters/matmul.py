@@ -13,10 +13,27 @@ def _flags(ctx):
     return bool(ctx.attr("trans_x", "transpose_x", default=False)), bool(ctx.attr("trans_y", "transpose_y", default=False))
 
 
+def _rows(x: Output, y: Output, tx: bool) -> int | None:
+    """The row count of x seen as one 2-D matrix, where op(x) @ op(y) is one product over those
+    rows: x of rank >= 3, not transposed, of a static shape, and y 2-D (a Linear applied to a
+    [batch, steps, features] input). One GEMM instead of a batch of small ones, and for y's
+    gradient one GEMM instead of a batch of outer products summed over the batch (94 of 118 us of
+    the backward of Paddle's parallel_dygraph_sparse_embedding model)."""
+    if tx or y.type.rank != 2 or x.type.rank < 3 or any(int(d) < 0 for d in x.shape):
+        return None
+    return int(np.prod(x.shape[:-1]))
+
+
 @converter("matmul_v2", "pd_op.matmul")
 def matmul_v2(ctx):
     tx, ty = _flags(ctx)
-    ctx.set_output(("Out", "out"), ops.MatMul(ctx.input("X", "x"), ctx.input("Y", "y"), transpose_a=tx, transpose_b=ty).output())
+    x, y = ctx.input("X", "x"), ctx.input("Y", "y")
+    rows = _rows(x, y, tx)
+    if rows is not None:
+        flat = ops.MatMul(ops.Reshape(x, shape=[rows, x.shape[-1]]).output(), y, transpose_b=ty).output()
+        ctx.set_output(("Out", "out"), ops.Reshape(flat, shape=[*x.shape[:-1], flat.shape[-1]]).output())
+        return
+    ctx.set_output(("Out", "out"), ops.MatMul(x, y, transpose_a=tx, transpose_b=ty).output())
 
 
 @converter("matmul_v2_grad", "pd_op.matmul_grad")
@@ -47,6 +64,15 @@ def _matmul_grads(x: Output, y: Output, dout: Output, tx: bool, ty: bool) -> tup
         x2, tx = ops.Reshape(x, shape=[1, x.shape[0]]).output(), False
         dout_shape.insert(len(dout_shape) - 1, 1)
     dout2 = _reshape_to(dout, dout_shape)
+    rows = _rows(x2, y2, tx)
+    if rows is not None:  # op(y) is [K, N]: products over x's rows at once
+        x_flat = ops.Reshape(x2, shape=[rows, x2.shape[-1]]).output()
+        dout_flat = ops.Reshape(dout2, shape=[rows, dout2.shape[-1]]).output()
+        if ty:
+            dx, dy = ops.MatMul(dout_flat, y2), ops.MatMul(dout_flat, x_flat, transpose_a=True)
+        else:
+            dx, dy = ops.MatMul(dout_flat, y2, transpose_b=True), ops.MatMul(x_flat, dout_flat, transpose_a=True)
+        return _reshape_to(dx.output(), x.shape), _reshape_to(dy.output(), y.shape)
     # C = op(A) op(B); the four cases of which operand is transposed.
     if not tx and not ty:
         dx, dy = ops.MatMul(dout2, y2, transpose_b=True), ops.MatMul(x2, dout2, transpose_a=True)
