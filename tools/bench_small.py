@@ -16,6 +16,9 @@ Cases (float32, SGD, random data):
   dygraph_embedding  Embedding(1000, 16) of 5 tokens, mean, Linear(16, 10), batch 8: the same
   dygraph_shared_unused  Paddle's parallel_dygraph_shared_unused_var model (one Linear(10, 10) used, a
                      second one unused whose bias is also an attribute of the Layer), batch 4: the same
+  dygraph_sparse_embedding  Paddle's parallel_dygraph_sparse_embedding model (a sparse Embedding(1000, 10)
+                     of 3 steps, a projection over the 1000 words, its softmax cross-entropy inside the
+                     Layer), batch 8: the same, the loss being the Layer's output
   static_mlp         784-600-10 (dist_mnist's MLP) at batch 4: transpile + exe.run against Paddle's executor
   static_lenet       LeNet-5 on 1x28x28 at batch 8
   static_word2vec    4 context words through one Embedding(1000, 32), concatenated, Linear(128, 64),
@@ -44,7 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-DYGRAPH_CASES = ["dygraph_mlp", "dygraph_embedding", "dygraph_shared_unused"]
+DYGRAPH_CASES = ["dygraph_mlp", "dygraph_embedding", "dygraph_shared_unused", "dygraph_sparse_embedding"]
 STATIC_MODELS = ["mlp", "lenet", "word2vec"]
 STATIC_CASES = [f"static_{m}{s}" for m in STATIC_MODELS for s in ("", "_2seg", "_side")]
 CASES = DYGRAPH_CASES + STATIC_CASES + ["transpile_mpirun"]
@@ -169,10 +172,29 @@ def dygraph_layer(case: str):
         def forward(self, x):
             return self.net_b(x)
 
-    return {"dygraph_mlp": MLP, "dygraph_embedding": EmbeddingLinear, "dygraph_shared_unused": SharedUnused}[case]()
+    class SparseEmbedding(paddle.nn.Layer):
+        """Paddle's test/legacy_test/parallel_dygraph_sparse_embedding.py model (its SimpleNet)."""
+
+        def __init__(self, hidden=10, vocab=VOCAB, steps=3, scale=0.1):
+            super().__init__()
+            init = paddle.nn.initializer.Uniform(low=-scale, high=scale)
+            self.vocab, self.steps = vocab, steps
+            self.embedding = paddle.nn.Embedding(vocab, hidden, sparse=True, weight_attr=paddle.ParamAttr(initializer=init))
+            self.softmax_weight = self.create_parameter(shape=[hidden, vocab], dtype="float32", default_initializer=init)
+            self.softmax_bias = self.create_parameter(shape=[vocab], dtype="float32", default_initializer=init)
+
+        def forward(self, words, label):
+            projection = paddle.add(paddle.matmul(self.embedding(words), self.softmax_weight), self.softmax_bias)
+            loss = paddle.nn.functional.cross_entropy(paddle.reshape(projection, [-1, self.vocab]), label,
+                                                      reduction="none")
+            return paddle.sum(paddle.mean(paddle.reshape(loss, [-1, self.steps]), axis=[0]))
+
+    return {"dygraph_mlp": MLP, "dygraph_embedding": EmbeddingLinear, "dygraph_shared_unused": SharedUnused,
+            "dygraph_sparse_embedding": SparseEmbedding}[case]()
 
 
 def dygraph_systems(case: str) -> dict:
+    import numpy as np
     import paddle
 
     import paddle_ngraph
@@ -182,6 +204,9 @@ def dygraph_systems(case: str) -> dict:
         x = paddle.randn([4, 64])
     elif case == "dygraph_shared_unused":
         x = paddle.randn([4, 10])
+    elif case == "dygraph_sparse_embedding":  # as Paddle's test feeds it: words 0 1 2, labels 1 2 3
+        x = paddle.to_tensor(np.tile(np.arange(3), (8, 1)).reshape(8, 3, 1).astype("int64"))
+        words_label = paddle.to_tensor(np.tile(np.arange(1, 4), 8).reshape(-1, 1).astype("int64"))
     else:
         x = paddle.randint(0, VOCAB, [8, 5])
     label = paddle.randint(0, 10, [x.shape[0], 1])
@@ -193,7 +218,10 @@ def dygraph_systems(case: str) -> dict:
         opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
 
         def step(model=model, opt=opt):
-            loss = paddle.nn.functional.cross_entropy(model(x), label)
+            if case == "dygraph_sparse_embedding":
+                loss = model(x, words_label)
+            else:
+                loss = paddle.nn.functional.cross_entropy(model(x), label)
             loss.backward()
             opt.step()
             opt.clear_grad()
