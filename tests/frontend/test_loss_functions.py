@@ -149,6 +149,13 @@ def label_smooth_entry(prior):
     return pir, legacy, feeds
 
 
+def far_label_logits(d):
+    x, y = normal((N, C), d), classes((N, 1))
+    rows = np.arange(0, N, 2)
+    x[rows, y[rows, 0]] = x[rows].max(axis=1) - 100
+    return {"x": x, "y": y}
+
+
 def pairs(d):
     return {"x": normal((N, C), d), "y": normal((N, C), d)}
 
@@ -168,6 +175,9 @@ LOSSES = {
     "cross_entropy_weighted": ce_weighted(use_softmax=True, ignore_index=-100),
     "cross_entropy_weighted_ignore": ce_weighted(use_softmax=True, ignore_index=3),
     "cross_entropy_axis1": ce_axis1(use_softmax=True),
+    # Label logits 100 below their row's maximum: Paddle clips the shifted logit at -64.
+    "cross_entropy_far_label_logits": (lambda x, y: F.cross_entropy(x, y, reduction="none"),
+                                       lambda x, y: legacy_cross_entropy(x, y), far_label_logits),
     "nll_loss": (*same(lambda x, y: F.nll_loss(x, y)), lambda d: {"x": normal((N, C), d), "y": classes((N,))}),
     # ignore_index -100: Paddle 3.3.1's own legacy float64 nll_loss with a non-negative ignore_index
     # (and ignored labels) corrupts its heap ("malloc(): invalid size").

@@ -196,42 +196,6 @@ PDNG_REGISTER_KERNEL("TanhBackprop", make_binary_with<TanhBackpropOp>);
 PDNG_REGISTER_KERNEL("SigmoidBackprop", make_binary_with<SigmoidBackpropOp>);
 PDNG_REGISTER_KERNEL("GeluBackprop", make_gelu_backprop);
 
-// --- oneDNN softmax (float32) --------------------------------------------------------------------
-// A softmax_forward primitive on plain row-major tensors; init() returns false where oneDNN
-// has no implementation (the kernel then runs its loops).
-class DnnlSoftmax {
- public:
-  bool init(const TensorDesc& x, int axis, dnnl::algorithm algorithm) {
-    try {
-      const dnnl::memory::desc md = plain_md(x);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::softmax_forward::primitive_desc pd(dnnl_engine(), dnnl::prop_kind::forward_inference, algorithm, md, md,
-                                               axis, attr);
-      prim_ = dnnl::softmax_forward(pd);
-      src_ = wrap(md);
-      dst_ = wrap(md);
-      args_ = {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_},
-               {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd.scratchpad_desc(), dnnl_engine())}};
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }
-
-  void run(const void* x, void* y) {
-    src_.set_data_handle(const_cast<void*>(x));
-    dst_.set_data_handle(y);
-    prim_.execute(dnnl_stream(), args_);
-    dnnl_stream().wait();
-  }
-
- private:
-  dnnl::primitive prim_;
-  dnnl::memory src_, dst_;
-  std::unordered_map<int, dnnl::memory> args_;
-};
-
 // --- Softmax -----------------------------------------------------------------------------------
 // e = exp(x - max(x)); out = e / sum(e). float32 runs oneDNN's softmax_accurate (vectorized exp,
 // within ~3e-7 of the loops) unless the input holds NaN or inf. The loops reduce along the axis of
