@@ -167,31 +167,30 @@ class SoftmaxCrossEntropyKernel : public Kernel {
     });
   }
 
-  // -log softmax[label] of each row, from oneDNN's softmax. Where that probability is below
-  // exp(-60) the label's logit may lie more than 64 under the row's maximum, where Paddle (and the
-  // loops) clip the shifted logit at -64: that row's loss comes from its logits as in the loops.
-  // Elsewhere the clip changes only terms of the sum below exp(-64) each.
+  // -log softmax[label] of each row, from oneDNN's softmax. Paddle (and the loops) clip each shifted
+  // logit at -64: a row with a logit more than 64 under its maximum is computed again by the loops,
+  // its softmax and its loss, so that its probabilities of e^-64 and its loss match Paddle's.
   template <class Label>
   void loss_from_softmax(const float* x, const Label* label, float* y, float* loss) {
     const int64_t n = L_.n;
-    const float floor = std::exp(-60.0f);
     for (int64_t r = 0; r < L_.rows(); ++r) {
-      const int64_t l = static_cast<int64_t>(label[r]);
-      if (l == ignore_index_) {
-        loss[r] = 0;
-        continue;
-      }
-      const float p = y[r * n + l];
-      if (p >= floor) {
-        loss[r] = -std::log(p);
-        continue;
-      }
       const float* xr = x + r * n;
-      float mx = xr[0];
-      for (int64_t k = 1; k < n; ++k) mx = std::max(mx, xr[k]);
+      float mx = xr[0], mn = xr[0];
+#pragma omp simd reduction(max : mx) reduction(min : mn)
+      for (int64_t k = 1; k < n; ++k) {
+        mx = xr[k] > mx ? xr[k] : mx;
+        mn = xr[k] < mn ? xr[k] : mn;
+      }
+      const int64_t l = static_cast<int64_t>(label[r]);
+      if (mn - mx >= -64.0f) {
+        loss[r] = l == ignore_index_ ? 0.0f : -std::log(y[r * n + l]);
+        continue;
+      }
       double sum = 0;
       for (int64_t k = 0; k < n; ++k) sum += std::exp(clip_shifted(xr[k] - mx));
-      loss[r] = -(clip_shifted(xr[l] - mx) - std::log(static_cast<float>(sum)));
+      const float log_sum = std::log(static_cast<float>(sum));
+      for (int64_t k = 0; k < n; ++k) y[r * n + k] = std::exp(clip_shifted(xr[k] - mx) - log_sum);
+      loss[r] = l == ignore_index_ ? 0.0f : -(clip_shifted(xr[l] - mx) - log_sum);
     }
   }
 
