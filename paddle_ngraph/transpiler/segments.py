@@ -223,6 +223,7 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
     refused = refused or {}
     block0 = _Block(view)
     reasons = fallback_reasons(view, block0.ops, refused)
+    _keep_xshape_producers(block0, reasons)
     fallback_ids = {id(op) for op in block0.ops if id(op) in reasons}
     anchors = _anchors(view, block0.ops, extra_fetch, fallback_ids)
     kept_ids = _kept(block0, fallback_ids | {id(op) for op in anchors})
@@ -264,6 +265,21 @@ def plan_segments(view: ProgramView, extra_fetch=(), refused=None) -> Plan:
                 f"{MAX_VALUES} output slots for them")
     return Plan(segments, kept, fallback, {k: v for k, v in refused.items() if k in fallback_ids}, reasons,
                 unaveraged, snapshot_reads)
+
+
+def _keep_xshape_producers(block0: "_Block", reasons: dict):
+    """A legacy ``*2`` op (reshape2, squeeze2, ...) whose grad op stays with Paddle stays too. Its
+    ``XShape`` output carries X's dims to the grad op, declared [0] + X's dims; the engine has no
+    dims-only value and binds XShape to X itself (converters/shape.py), so Paddle's grad kernel,
+    taking X's dims as XShape's dims[1:], would give X's gradient the wrong shape."""
+    for op in block0.ops:
+        if id(op) not in reasons or op.type not in XSHAPE_DIMS_ONLY:
+            continue
+        for name in op.inputs.get(normalize("XShape"), ()):
+            producer = block0.producer(name, block0.position[id(op)])
+            if producer is not None and id(producer) not in reasons:
+                reasons[id(producer)] = (REFUSED, f"its XShape {name} is read by {op.location()}, which "
+                                                  f"stays with Paddle and takes X's dims from it")
 
 
 class _Block:

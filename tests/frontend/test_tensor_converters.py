@@ -217,6 +217,33 @@ def test_increment_out_of_place_pir():
     check_against_paddle(lambda x: paddle._C_ops.increment(x, 2.0), {"x": x}, ir="pir", grads=False)
 
 
+@pytest.mark.parametrize("ir", IRS)
+def test_full_of_a_tensor_value(ir):
+    """paddle.full with a computed fill value (legacy fill_constant's ValueTensor, PIR's
+    full_with_tensor): the value is the tensor's, not the attribute's."""
+    x = rng.standard_normal((3, 4)).astype("float32")
+    check_against_paddle(lambda x: x * paddle.full([3, 4], fill_value=paddle.mean(x) + 2.0), {"x": x}, ir=ir)
+
+
+def test_full_of_a_constant_shape_tensor_legacy():
+    """fill_constant's ShapeTensorList of constants (fill_constant results): a shape known at conversion."""
+    x = rng.standard_normal((2, 3)).astype("float32")
+    check_against_paddle(lambda x: x + paddle.full([paddle.full([1], 2, "int32"), 3], 0.5), {"x": x}, ir="legacy")
+
+
+def test_full_of_a_run_time_shape_stays_with_paddle():
+    """fill_constant of a batch-sized shape (paddle.shape(h)[0], as Paddle's simnet test model builds
+    its margin): the shape is not known at conversion, so the op stays with Paddle (not an error)."""
+    with ir_guard("legacy"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [-1, 4], "float32")
+            margin = paddle.full([paddle.shape(x)[0], 1], 0.5, "float32")
+            loss = paddle.mean(x * margin)
+        refused = {u["op_type"] for u in paddle_ngraph.unsupported_ops(main)}
+    assert "fill_constant" in refused
+
+
 def test_fill_zeros_like():
     """Paddle 3 no longer registers fill_zeros_like (older saved programs have it): a hand-made view."""
     view = ProgramView(ir="legacy", vars={"x": VarInfo("x", DType.int64, (2, 3), is_data=True),

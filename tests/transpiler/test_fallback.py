@@ -268,6 +268,43 @@ def test_shape_grads_whose_forward_ops_paddle_runs(backend_name, hide_converters
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend_name", ["INTERPRETER", "CPU"])
+def test_shape_ops_whose_grads_paddle_runs(backend_name, hide_converters):
+    """The other way round: legacy reshape2 and unsqueeze2 convertible, their grads left to Paddle
+    (hidden here; a transformer's grads with two dynamic dims are refused). Paddle's grad kernels
+    take X's dims from XShape, which the engine cannot make, so the forward ops stay with Paddle
+    too; X's gradients keep their [batch, steps, features] shape and the program trains as Paddle."""
+    import paddle
+
+    hide_converters("reshape2_grad", "unsqueeze2_grad")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal([2, 3, 4]).astype(np.float32)
+    runs = []
+    with ir_guard("legacy"):
+        for ours in (False, True):
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+                h = paddle.static.data("x", [None, None, 4], "float32")
+                w = paddle.create_parameter([4], "float32", default_initializer=paddle.nn.initializer.Constant(0.5))
+                h = paddle.unsqueeze(paddle.reshape(h * w, [-1, 4]), [1])  # [N * T, 1, 4]
+                loss = paddle.mean(paddle.static.nn.fc(h, 1, num_flatten_dims=2))
+                paddle.optimizer.SGD(0.1).minimize(loss)
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                paddle.seed(2)
+                exe.run(startup)
+                if ours:
+                    plan = plan_segments(decode(main))
+                    paddle_ngraph.transpile(main, backend=backend_name)
+                    left = {op.type: plan.reason(op) for op in plan.fallback}
+                    assert left["reshape2"][0] == "refused" and "XShape" in left["reshape2"][1], left
+                    assert left["unsqueeze2"][0] == "refused" and "XShape" in left["unsqueeze2"][1], left
+                runs.append([float(exe.run(main, feed={"x": x}, fetch_list=[loss])[0]) for _ in range(STEPS)])
+                runs.append(np.array(paddle.static.global_scope().find_var(w.name).get_tensor()))
+    np.testing.assert_allclose(runs[2], runs[0], rtol=1e-5)
+    np.testing.assert_allclose(runs[3], runs[1], rtol=1e-5)
+
+
 # --- LoD (legacy sequence ops) ------------------------------------------------------------------------
 def test_ops_making_lod_tensors_stay_with_paddle(backend):
     """The engine's outputs carry no LoD: a Linear on a LoD input, run by the engine, handed

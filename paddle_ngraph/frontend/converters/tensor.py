@@ -10,19 +10,36 @@ from ...ir import Output, ops
 from ...ir.types import DType
 from .helpers import constant, paddle_dtype
 from .registry import converter
-from .shape import zeros_like
+from .shape import const_ints, zeros_like
 
 
 @converter("fill_constant", "pd_op.full")
 def fill_constant(ctx):
-    if ctx.has_input("ShapeTensor", "ShapeTensorList", "ValueTensor"):
-        raise ctx.fail("shape or value given as tensors is not supported")
+    """Legacy fill_constant takes its shape from ``ShapeTensor`` or ``ShapeTensorList`` and its value
+    from ``ValueTensor`` where given (over the attributes, as in Paddle): a shape must be known at
+    conversion time, a value may be computed (``paddle.full(shape, tensor)``)."""
     dtype = paddle_dtype(ctx.attr("dtype"))
+    if ctx.has_input("ShapeTensor") or ctx.has_input("ShapeTensorList"):
+        shape = const_ints(ctx, "shape", "ShapeTensor", "ShapeTensorList")
+    else:
+        shape = [int(d) for d in ctx.attr("shape")]
+    if any(d < 0 for d in shape):
+        raise ctx.fail(f"shape {shape} is not known at conversion time")
+    if ctx.has_input("ValueTensor"):
+        value = ctx.input("ValueTensor")
+        if any(d != 1 for d in value.shape):
+            raise ctx.fail(f"ValueTensor must hold one element, got {value.type}")
+        if value.type.rank:
+            value = ops.Reshape(value, shape=[]).output()
+        if value.dtype != dtype:
+            value = ops.Convert(value, dtype=dtype.value).output()
+        like = ops.Constant(np.zeros(shape, dtype.numpy)).output()
+        ctx.set_output(("Out", "out"), ops.BroadcastTo(value, like).output())
+        return
     value = ctx.attr("value", default=0.0)
     text = ctx.attr("str_value", default="")
     if text:
         value = float(text)
-    shape = [int(d) for d in ctx.attr("shape")]
     ctx.set_output(("Out", "out"), ops.Constant(np.full(shape, value, dtype=dtype.numpy)).output())
 
 
