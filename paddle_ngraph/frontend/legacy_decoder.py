@@ -1,6 +1,7 @@
 """Decoder for legacy ProgramDesc programs (``FLAGS_enable_pir_api=0``, ``.pdmodel`` files)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..errors import ProgramFileError
@@ -101,7 +102,20 @@ def decode_program(program, source: str = "<legacy program>") -> ProgramView:
                 view.inputs[CAPTURED], view.outputs[CAPTURED] = _captured_names(program, sub_blocks)
                 view.nested_updates = _nested_updates(program, sub_blocks)
             ops.append(view)
+    _rows_of_selected_rows_are_dynamic(ops, variables)
     return ProgramView(ir="legacy", ops=ops, vars=variables, source=source, native=program)
+
+
+def _rows_of_selected_rows_are_dynamic(ops, variables: dict):
+    """``get_tensor_from_selected_rows`` (a gradient clip reading a sparse embedding's gradient) is
+    declared with the table's shape, but holds one row per id of the batch: its first dim is dynamic."""
+    for op in ops:
+        if op.type != "get_tensor_from_selected_rows":
+            continue
+        for name in op.output_names():
+            info = variables.get(name)
+            if info is not None and info.shape:
+                variables[name] = dataclasses.replace(info, shape=(-1, *info.shape[1:]))
 
 
 def _sub_blocks(program, op) -> list:

@@ -78,12 +78,14 @@ def densify_sparse_gradients(view, nranks: int) -> list[str]:
             if name in table_of:
                 why = _refusal(view, op, name, table_of)
                 if why:
+                    # Another optimizer helps only where the update is what differs (not a clip's reading).
+                    other_optimizer = ", or SGD" if "grad" in op.inputs and name in op.inputs["grad"] else ""
                     raise ConfigError(
                         f"{op.location()}: the gradient '{name}' of the sparse embedding table '{table_of[name]}' "
                         f"(is_sparse=True: selected rows) is computed dense and averaged on {nranks} ranks, which "
                         f"equals Paddle's sparse training only for {', '.join(EQUAL_UPDATES)} updates; {why}. Use "
-                        f"is_sparse=False (Paddle's dense training, which the engine runs on any number of ranks), "
-                        f"or SGD")
+                        f"is_sparse=False (Paddle's dense training, which the engine runs on any number of ranks)"
+                        f"{other_optimizer}")
     for name, table in table_of.items():
         info, weight = view.vars[name], view.vars[table]
         view.vars[name] = replace(info, kind=DENSE, dtype=weight.dtype, shape=tuple(weight.shape),
