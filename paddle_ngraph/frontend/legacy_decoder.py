@@ -103,7 +103,47 @@ def decode_program(program, source: str = "<legacy program>") -> ProgramView:
                 view.nested_updates = _nested_updates(program, sub_blocks)
             ops.append(view)
     _rows_of_selected_rows_are_dynamic(ops, variables)
+    _lod_reaching_sequence_readers(ops, variables)
     return ProgramView(ir="legacy", ops=ops, vars=variables, source=source, native=program)
+
+
+# Legacy forward ops that read their inputs as sequences: the LoD (offsets) must reach them. Paddle's
+# other sequence-reading ops take lengths instead (sequence_mask, sequence_unpad), or lengths when given
+# (warpctc, edit_distance, chunk_eval: counted here, which at worst leaves an op more to Paddle).
+_SEQUENCE_READERS = frozenset({"lstm", "gru", "row_conv", "linear_chain_crf", "crf_decoding", "chunk_eval",
+                               "edit_distance", "warpctc"})
+_NOT_SEQUENCE_READERS = frozenset({"sequence_mask", "sequence_unpad"})
+
+
+def _reads_sequences(op) -> bool:
+    return op.role == FORWARD and op.block == 0 and (
+        op.type in _SEQUENCE_READERS or (op.type.startswith("sequence_") and op.type not in _NOT_SEQUENCE_READERS))
+
+
+def _lod_reaching_sequence_readers(ops, variables: dict):
+    """Marks as LoD tensors (level 1) the values that carry a feed's offsets to a sequence op where
+    the program does not declare them: Paddle's own test models declare ``paddle.static.data("words",
+    [-1], "int64")`` (lod_level 0) and feed it a LoD tensor, whose offsets Paddle's kernels pass on
+    from the embedding to the sequence op. The engine's outputs carry none, so the ops making these
+    values must stay with Paddle (``transpiler/segments.py`` ``structural_reason``), as for declared
+    levels. Walked back from each sequence op's inputs through their forward producers, to the feeds."""
+    producer = {}
+    for op in ops:
+        if op.role == FORWARD and op.block == 0:
+            for name in op.output_names():
+                producer.setdefault(name, op)
+    stack = [name for op in ops if _reads_sequences(op) for name in op.input_names()]
+    seen = set()
+    while stack:
+        name = stack.pop()
+        info = variables.get(name)
+        if name in seen or info is None or info.kind != DENSE or info.persistable or info.lod_level > 0:
+            continue
+        seen.add(name)
+        variables[name] = dataclasses.replace(info, lod_level=1)
+        source = producer.get(name)
+        if source is not None and not _reads_sequences(source):
+            stack.extend(source.input_names())
 
 
 def _rows_of_selected_rows_are_dynamic(ops, variables: dict):

@@ -328,6 +328,47 @@ def test_ops_making_lod_tensors_stay_with_paddle(backend):
     assert sum(map(is_engine_op, types)) >= 1 and "sgd" not in types  # the second Linear, loss and updates
 
 
+def test_lod_fed_to_a_variable_declared_without_it(backend):
+    """Paddle's dist_text_classification declares its words ``paddle.static.data("words", [-1], "int64")``
+    (lod_level 0) and feeds LoD tensors: Paddle's embedding passes the offsets on to sequence_pool.
+    The values from the feed to a sequence op are taken as LoD tensors, so the embedding stays with
+    Paddle (it ran on the engine, and sequence_pool found no LoD), and the program trains as Paddle's."""
+    import paddle
+    from paddle.base import core
+
+    lengths = [[2, 3], [1, 4], [3, 3]]
+    rng = np.random.default_rng(6)
+    runs = []
+    with ir_guard("legacy"):
+        for ours in (False, True):
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            main.random_seed = startup.random_seed = 1
+            with paddle.utils.unique_name.guard(), paddle.static.program_guard(main, startup):
+                words = paddle.static.data("words", [-1], "int64")
+                emb = paddle.static.nn.embedding(words, size=[50, 8])
+                pooled = paddle.static.nn.sequence_lod.sequence_pool(emb, "sum")
+                loss = paddle.mean(paddle.static.nn.fc(pooled, 1))
+                paddle.optimizer.SGD(0.1).minimize(loss)
+            with paddle.static.scope_guard(paddle.static.Scope()):
+                exe = paddle.static.Executor(paddle.CPUPlace())
+                exe.run(startup)
+                if ours:
+                    plan = plan_segments(decode(main))
+                    left = {op.type: plan.reason(op) for op in plan.fallback}
+                    assert left["lookup_table_v2"][0] == "variable kind", left
+                    paddle_ngraph.transpile(main, backend=backend)
+                    assert any(is_engine_op(t) for t in op_types(main))
+                losses = []
+                for step, sequence_lengths in enumerate(lengths):
+                    feed = core.LoDTensor()
+                    feed.set(np.random.default_rng(step).integers(0, 50, sum(sequence_lengths)).astype("int64"),
+                             paddle.CPUPlace())
+                    feed.set_recursive_sequence_lengths([sequence_lengths])
+                    losses.append(float(exe.run(main, feed={"words": feed}, fetch_list=[loss])[0]))
+                runs.append(losses)
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)
+
+
 def _time_major_lstm_program():
     """A time-major LSTM: its rnn op (no converter) reads the initial states from fill_constant ops,
     the first ops of the program, which Paddle keeps for it: no engine segment before it."""
