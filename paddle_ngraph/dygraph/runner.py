@@ -95,6 +95,20 @@ except ImportError:  # the native library is not built: DLPack
     _array_at = None
 
 
+def _no_rows(param):
+    """A selected-rows gradient of ``param`` listing no rows: zeros of a sparse embedding's kind."""
+    import paddle
+    from paddle.base import core
+
+    tensor = core.eager.Tensor(param.dtype, list(param.shape), f"{param.name}@GRAD", core.VarDesc.VarType.SELECTED_ROWS,
+                               False)
+    rows = tensor.get_selected_rows()
+    rows.set_height(param.shape[0])
+    rows.set_rows([])
+    rows.get_tensor().set(np.zeros((0, *param.shape[1:]), _numpy_dtype(param.dtype)), paddle.CPUPlace())
+    return tensor
+
+
 def _to_paddle(array: np.ndarray):
     """A Paddle tensor owning ``array`` (no copy)."""
     import paddle
@@ -316,6 +330,7 @@ class LayerEngine:
         self.sync_gradients = True  # False inside no_sync()
         self._eager_armed = False   # an eager backward has reached the Layer: average after it
         self._eager_disagreement_said = False
+        self._selected_rows_grads: set = set()  # parameters whose gradient Paddle holds as selected rows
         self.unsynced = False       # gradients accumulated under no_sync, not yet averaged
         self._params = None
         self._tensor_ids: tuple = ()  # ids of the Layer's parameters and buffers when captured
@@ -624,7 +639,9 @@ class LayerEngine:
         anywhere = self.dp_transport.allreduce_many([present], "sum", name="dygraph_eager_grad_flags")[0]
         for p, count in zip(params, anywhere):
             if count > 0 and p.grad is None:
-                p._set_grad_ivar(paddle.zeros(p.shape, p.dtype))
+                # Of the kind Paddle keeps for this parameter: a sparse embedding's gradient slot,
+                # once it held selected rows, refuses a dense tensor.
+                p._set_grad_ivar(_no_rows(p) if p.name in self._selected_rows_grads else paddle.zeros(p.shape, p.dtype))
         self.allreduce_grads([p for p, count in zip(params, anywhere) if count > 0])
 
     def allreduce_grads(self, params):
@@ -638,17 +655,24 @@ class LayerEngine:
         grads = [(p, p.grad) for p in params if p.grad is not None]
         by_dtype: dict = {}
         for p, g in grads:
-            by_dtype.setdefault(str(g.dtype), []).append((_dense_of_rows(g, p) if g.is_selected_rows() else _view(g), g))
+            if g.is_selected_rows():
+                self._selected_rows_grads.add(p.name)
+            by_dtype.setdefault(str(g.dtype), []).append(
+                (p, _dense_of_rows(g, p) if g.is_selected_rows() else _view(g), g))
         for entries in by_dtype.values():
-            views = [view for view, _ in entries]
+            views = [view for _, view, _ in entries]
             reduced = self.dp_transport.allreduce_many(views, self.config.reduction, name="dygraph_grads")
-            for (view, grad), value in zip(entries, reduced):
+            for (p, view, grad), value in zip(entries, reduced):
                 if grad.is_selected_rows():
                     rows = grad.get_selected_rows()
                     rows.set_rows(list(range(value.shape[0])))
                     rows.get_tensor().set(np.ascontiguousarray(value, view.dtype), paddle.CPUPlace())
                 else:
-                    np.copyto(view, value, casting="no")
+                    # A new tensor, not the average written into the old one: a gradient that
+                    # clear_grad() zeroed is marked so, and the next backward would overwrite a value
+                    # written into it in place (on a rank whose backward did not reach ``p``)
+                    # instead of adding to it.
+                    p._set_grad_ivar(_paddle_copy(np.ascontiguousarray(value, view.dtype)))
         self.updates += 1
 
     # --- the executables ------------------------------------------------------------------------

@@ -364,6 +364,9 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
                            f"captured program would freeze at its first call)")
     before = python_state(layer)
     attributes = layer_attributes(layer)
+    # Tracing resets every parameter's gradient (the partial program's _set_grad_type sets param.grad
+    # to None): gradients accumulated before a new signature's first call would be lost.
+    gradients = [(p, p.grad) for p in layer.parameters() if p.grad is not None]
     try:
         # ``is_train`` selects the partial program's backward; what the ops do (dropout, batch norm)
         # follows the Layers' own ``training`` flags, read while tracing. Fleet's tensor-parallel
@@ -380,6 +383,9 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
     finally:
         changed = restore_python_state(before)
         drop_traced_values(attributes)
+        for parameter, gradient in gradients:
+            if parameter.grad is None:
+                parameter._set_grad_ivar(gradient)
     if changed:
         raise CaptureError(f"Layer {name}: its forward changes Python state ({'; '.join(changed)}), which a "
                            f"captured program would not change again, nor let later calls read anew")

@@ -2,6 +2,7 @@
 
     python dygraph_worker.py OUT_DIR --api dp|fleet --opt sgd|momentum --layer mlp|numpy|branch|routed|[eager_]sparse_embedding
                              [--no-sync] [--checkpoint] [--then OUT_DIR ...]
+    python dygraph_worker.py OUT_DIR --scenario eager_accumulation
 
 Every rank draws the same global batches and trains on its contiguous shard; rank r seeds its
 model with r, so equal results also show that rank 0's parameters were broadcast. Rank 0 then
@@ -141,6 +142,61 @@ def params_of(layer):
     return {k: v.numpy() for k, v in layer.state_dict().items()}
 
 
+class TwoWeights(nn.Layer):
+    """Eager (``.item()``): the rank chooses which weight its forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = self.create_parameter([2, 1], default_initializer=nn.initializer.Constant(1.0))
+        self.w2 = self.create_parameter([2, 1], default_initializer=nn.initializer.Constant(1.0))
+
+    def forward(self, x, use_w1):
+        return paddle.matmul(x, self.w1 if use_w1.item() else self.w2)
+
+
+class EmbeddingOrNot(nn.Layer):
+    """Eager (``.item()``): the rank chooses whether its forward reaches the sparse embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, sparse=True)
+        self.other = self.create_parameter([4])
+
+    def forward(self, ids, use_emb):
+        return self.emb(ids).sum() if use_emb.item() else (self.other * 1.0).sum()
+
+
+def eager_accumulation(out_dir: str, rank: int):
+    """Gradients of eager backward passes accumulated between clears, where one rank's backward does
+    not reach a parameter some steps: w2.grad after each backward, and what it must be (the average
+    over the ranks of each step's gradient, summed since the last clear). Then a sparse embedding
+    that one rank reaches and the other not, alternately: it trains (no dense zeros in its slot)."""
+    model = paddle_ngraph.DataParallel(TwoWeights())
+    x = paddle.to_tensor(np.ones((1, 2), np.float32))
+    got, expected, total = [], [], 0.0
+    # (rank 1 reads w1 instead of w2, clear after this step); rank 0 always reads w2
+    for rank1_uses_w1, clear in [(True, False), (False, True), (True, False), (False, False), (True, True),
+                                 (True, False), (False, False)]:
+        model(x, paddle.to_tensor(rank1_uses_w1 and rank == 1)).sum().backward()
+        total += (1.0 + (0.0 if rank1_uses_w1 else 1.0)) / 2
+        got.append(float(model._layers.w2.grad.numpy()[0, 0]))
+        expected.append(total)
+        if clear:
+            model.clear_gradients()
+            total = 0.0
+    paddle.seed(0)
+    sparse = paddle_ngraph.DataParallel(EmbeddingOrNot())
+    before = sparse._layers.emb.weight.numpy()
+    opt = paddle.optimizer.SGD(0.1, parameters=sparse.parameters())
+    ids = paddle.to_tensor(np.array([[1, 2]], np.int64))
+    for use in ([1, 0], [0, 1]):
+        sparse(ids, paddle.to_tensor(use[rank])).backward()
+        opt.step()
+        opt.clear_grad()
+    np.savez(os.path.join(out_dir, f"rank{rank}.npz"), got=np.array(got), expected=np.array(expected),
+             table_change=sparse._layers.emb.weight.numpy() - before)
+
+
 def main(argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -149,7 +205,11 @@ def main(argv):
     parser.add_argument("--layer", default="mlp")
     parser.add_argument("--no-sync", action="store_true")
     parser.add_argument("--checkpoint", action="store_true")
+    parser.add_argument("--scenario", choices=["eager_accumulation"], help="instead of training: eager_accumulation()")
     args = parser.parse_args(argv)
+    if args.scenario:
+        eager_accumulation(args.out, paddle.distributed.get_rank())
+        return 0
     before = {e.id for e in paddle_ngraph.engines()}  # earlier runs' engines, in a job of several
 
     if args.api == "fleet":

@@ -163,6 +163,19 @@ def test_gradients_accumulate_like_paddle_and_checkpoints_round_trip(tmp_path):
         np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
+def test_gradients_accumulated_before_a_new_signature_are_kept():
+    """Paddle's tracing of a new signature (here a new batch size, between two backward passes
+    without clear_grad) resets every parameter's gradient: the sum must still be there after."""
+    reference, model = pair(TwoOutputs)
+    rng = np.random.default_rng(3)
+    batches = [paddle.to_tensor(rng.standard_normal((n, 6)).astype("float32")) for n in (4, 2, 4, 3)]
+    for m in (reference, model):
+        for x in batches:
+            m(x)["logits"].sum().backward()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_uncapturable_layer_runs_eagerly_with_one_message(ngraph_logs):
     class Branchy(TwoOutputs):
         def forward(self, x):
