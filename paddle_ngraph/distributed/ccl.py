@@ -116,6 +116,8 @@ class CclTransport(Transport):
         self.rank, self.size = info.rank, info.size
         with _log_level_notice_dropped():
             self._connect(info, timeout_s)
+        if self.size > 1:
+            _end_the_job_on_uncaught_exception(self)
 
     def _connect(self, info, timeout_s: int) -> None:
         if info.launcher == "mpirun":
@@ -321,6 +323,34 @@ class CclGroupTransport(CclTransport):
 # would also open a second TCPStore server on rank 0's trainer endpoint, which the first one holds:
 # Paddle's libuv store does not raise on that bind failure, it aborts the process (uv__finish_close).
 _JOB: CclTransport | None = None
+
+
+_EXCEPTHOOK_INSTALLED = False
+
+
+def _end_the_job_on_uncaught_exception(transport: CclTransport) -> None:
+    """An uncaught exception on one rank ends this process at once (``end_job``), after Python printed
+    it, so that the launcher ends the others. Left to Python's finalization, the rank would wait in
+    oneCCL's teardown (its key-value store's destructor) for a peer that waits for it in a collective
+    (a dygraph Layer's gradient AllReduce, a static step's buckets): the job would hang. The MPI
+    transport ends its job with MPI_Abort for the same reason (mpi.py)."""
+    global _EXCEPTHOOK_INSTALLED
+    if _EXCEPTHOOK_INSTALLED:
+        return
+    _EXCEPTHOOK_INSTALLED = True
+    import sys
+
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        previous_hook(kind, value, tb)
+        print(f"[paddle_ngraph] rank {transport.rank}: uncaught {kind.__name__}; leaving at once so that the "
+              f"launcher ends the other ranks rather than leaving them waiting for this one", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        transport.end_job()
+
+    sys.excepthook = excepthook
 
 
 def _build(info, timeout_s: float | None) -> CclTransport:

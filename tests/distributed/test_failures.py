@@ -139,6 +139,25 @@ def test_uncaught_exception_on_one_rank_ends_the_mpi_job():
     assert "rank 0: step 1 done" in logs and "rank 0: step 2 done" not in logs, logs[-3000:]
 
 
+def test_uncaught_exception_on_one_rank_ends_the_launch_job(tmp_path):
+    """The same under paddle.distributed.launch (oneCCL): the rank waited in oneCCL's teardown for
+    rank 0, which waited for it in the gradient AllReduce, and the job hung. The rank now leaves at
+    once after its traceback, and the launcher ends the job."""
+    import subprocess
+
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path),
+                           "--nproc_per_node", "2", os.path.join(HERE, "uncaught_worker.py")],
+                          env=quiet_env(), capture_output=True, text=True, timeout=150)
+    logs = proc.stdout + proc.stderr + "".join(p.read_text(errors="replace") for p in tmp_path.glob("workerlog.*"))
+    assert proc.returncode != 0, logs[-3000:]
+    assert time.monotonic() - start < 120
+    assert "RuntimeError: an error of the user's own code on rank 1" in logs, logs[-3000:]
+    assert "rank 1: uncaught RuntimeError; leaving at once so that the launcher ends the other ranks" in logs, \
+        logs[-3000:]
+    assert "rank 0: step 2 done" not in logs, logs[-3000:]
+
+
 def test_sys_exit_with_an_error_status_on_one_rank_ends_the_mpi_job():
     """Rank 1 catches its own error and leaves with sys.exit(1): no uncaught exception, but the
     same wait as above (this rank in MPI_Finalize, the others in the AllReduce) without the abort."""

@@ -1,9 +1,10 @@
-"""A dygraph training script run by plain mpirun (tests/distributed/test_failures.py): at step 2
-rank 1 raises an error of the user's own code after its forward, leaving it uncaught, while
+"""A dygraph training script run by plain mpirun or paddle.distributed.launch
+(tests/distributed/test_failures.py): at step 2 rank 1 raises an error of the user's own code after its forward, leaving it uncaught, while
 rank 0 goes on into the backward, whose gradient AllReduce waits for rank 1. With ``exit``, rank 1
 catches the error itself and leaves with ``sys.exit(1)``.
 
     mpirun -np 2 python uncaught_worker.py [exit]
+    python -m paddle.distributed.launch --nproc_per_node 2 uncaught_worker.py
 """
 import os
 import sys
