@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError, ConversionError
 from ..frontend.dygraph import (GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError,
-                                RefusedCaptureError, capture, trace)
+                                RefusedCaptureError, capture, trace, watched_attributes)
 from ..ir.roles import Role, written_back
 from ..backends.base import write_back, writeback_positions
 from ..distributed.agreement import agree
@@ -293,6 +293,8 @@ def _engine_call_class():
 
 
 _ENGINE_CALL = None
+_UNSET = object()  # a watched attribute deleted since
+ATTRIBUTE_CAPTURES_TOLD = 8  # captures of one signature for new attribute values before a warning
 # What an eager backward gives the ranks' agreement (_ranks_agree): no captured program's key.
 EAGER_AGREEMENT_KEY = 0
 _ids = itertools.count(1)
@@ -331,6 +333,9 @@ class LayerEngine:
         self._eager_armed = False   # an eager backward has reached the Layer: average after it
         self._eager_disagreement_said = False
         self._selected_rows_grads: set = set()  # parameters whose gradient Paddle holds as selected rows
+        self._watched = None  # (sublayer, attribute) whose values key the captures (watched_attributes)
+        self._attribute_captures: dict = {}  # signature -> captures made for new attribute values
+        self._attribute_captures_told = False
         self.unsynced = False       # gradients accumulated under no_sync, not yet averaged
         self._params = None
         self._tensor_ids: tuple = ()  # ids of the Layer's parameters and buffers when captured
@@ -429,11 +434,18 @@ class LayerEngine:
         key = (training, wants_grad, tuple([(tuple(t.shape), t.dtype, t.stop_gradient) for t in tensors]), frozen)
         if layer is not self.layer:
             key += (_input_structure(given),)
-        if key in self.refused:
+        if key in self.refused:  # (whatever the attributes below: a Layer refused runs eagerly)
             return self.eager(given, None)
+        refusal_key = key
+        if self._watched is None:
+            self._watched = watched_attributes(self.layer)
+        if self._watched:  # plain attributes the forward may read: a capture took their values
+            key += (tuple([sub.__dict__.get(attr, _UNSET) for sub, attr in self._watched]),)
         compiled = self.compiled.get(key)
         if compiled is None:
-            compiled = self._build(key, list(args), training, wants_grad, layer)
+            if self._watched:
+                self._tell_attribute_captures(refusal_key)
+            compiled = self._build(key, list(args), training, wants_grad, layer, refusal_key)
             if compiled is None:
                 return self.eager(given, None)
         self.steps += 1
@@ -455,6 +467,7 @@ class LayerEngine:
         self._renamed_tensors(ids)
         self.compiled.clear()
         self.refused.clear()
+        self._watched = None
 
     def _renamed_tensors(self, ids: tuple):
         """Forgets what was looked up of the Layer's tensors (by name, and their memory's views)."""
@@ -491,7 +504,19 @@ class LayerEngine:
             packed = packed[0]
         return packed
 
-    def _build(self, key, args, training: bool, wants_grad: bool, layer=None):
+    def _tell_attribute_captures(self, signature: tuple):
+        """Says once per Layer when one signature has been captured for many values of the watched
+        attributes: each new value costs a capture (a counter read by the forward, changed at every
+        step, captures at every step)."""
+        count = self._attribute_captures[signature] = self._attribute_captures.get(signature, 0) + 1
+        if count == ATTRIBUTE_CAPTURES_TOLD and not self._attribute_captures_told:
+            self._attribute_captures_told = True
+            names = ", ".join(f"{type(sub).__name__}.{attr}" for sub, attr in self._watched)
+            log.warning("%sLayer %s: captured %d times for new values of the plain attributes its forward may "
+                        "read (%s); each new value is captured anew. Pass a value that changes at every step as "
+                        "a tensor input instead", self.rank_prefix(), type(self.layer).__name__, count, names)
+
+    def _build(self, key, args, training: bool, wants_grad: bool, layer=None, refusal_key=None):
         try:
             compiled = self._compile(args, training, wants_grad, layer if layer is not None else self.layer)
             self._check_reads_own_tensors(compiled)
@@ -500,7 +525,7 @@ class LayerEngine:
                 raise self._cannot_run_eagerly(str(e)) from e
             if not self.config.fallback:
                 raise
-            self.refused[key] = str(e)
+            self.refused[refusal_key if refusal_key is not None else key] = str(e)
             if str(e) in self.refused.values() and list(self.refused.values()).count(str(e)) > 1:
                 return None  # said once per Layer and reason
             log.warning("%s%s; it runs eagerly in Paddle (inputs %s)", self.rank_prefix(), e,

@@ -352,8 +352,11 @@ def _trace(layer, args: list, training: bool, with_grad: bool, name: str):
     # traced in eval mode has dropout and batch norm in test mode whatever ``is_train`` says. For
     # the same reason one per set of tensors and of frozen parameters: a program traced before a
     # sublayer was added, or with a parameter frozen, would be handed back unchanged.
+    # And one per value of the plain attributes: the translator's program took them at its trace
+    # (``if self.step % 2 == 0``), and the engine captures again when they change (runner.py).
     tensors = tuple((id(t), t.stop_gradient) for t in [*layer.parameters(), *layer.buffers()])
-    key = (id(layer), len(args), training, tensors)
+    plain = tuple((id(sub), attr, type(value), value) for sub, attr, value in python_state(layer))
+    key = (id(layer), len(args), training, tensors, plain)
     holder = _HOLDERS.get(key)
     if holder is None or holder.layer.inner is not layer:
         holder = _HOLDERS[key] = _Holder(layer, len(args))
@@ -414,6 +417,27 @@ def python_state(layer) -> list:
             if attr not in _LAYER_INTERNALS and type(value) in _PLAIN:
                 state.append((sub, attr, value))
     return state
+
+
+def watched_attributes(layer) -> list[tuple]:
+    """(sublayer, attribute) of the plain Python attributes (``python_state``) that the sublayer's
+    class reads as ``self.<attribute>`` somewhere in its source: a captured program took their values
+    at its capture (``if self.step % 2 == 0`` chose one branch for good), so the engine keys its
+    captures on them. An attribute the class never reads (a counter the training loop keeps on the
+    Layer) is left out: it would capture again at every change for nothing. A class without source
+    has all its plain attributes watched."""
+    read: dict[type, set | None] = {}
+    watched = []
+    for sub, attr, _ in python_state(layer):
+        cls = type(sub)
+        if cls not in read:
+            try:
+                read[cls] = set(re.findall(r"\bself\.(\w+)", inspect.getsource(cls)))
+            except (OSError, TypeError):
+                read[cls] = None
+        if read[cls] is None or attr in read[cls]:
+            watched.append((sub, attr))
+    return watched
 
 
 def restore_python_state(before: list) -> list[str]:

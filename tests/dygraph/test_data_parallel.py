@@ -176,6 +176,45 @@ def test_gradients_accumulated_before_a_new_signature_are_kept():
         np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+class Alternating(nn.Layer):
+    """Paddle's parallel_dygraph_control_flow_same model: ``self.step`` picks the branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.net_a, self.net_b = nn.Linear(6, 3), nn.Linear(6, 3)
+        self.step = 0
+
+    def forward(self, x):
+        return self.net_a(x) if self.step % 2 == 0 else self.net_b(x)
+
+
+def test_plain_attributes_the_forward_reads_key_the_captures(ngraph_logs):
+    """A capture took ``self.step``'s value at its trace: the training loop changing it must change
+    the branch, as in Paddle (the first capture ran for good). An attribute the class never reads
+    (a counter the loop keeps on the Layer) does not capture again; many values of one it reads
+    are told once."""
+    reference, model = pair(Alternating)
+    layer = model._layers
+    ref_opt, opt = (paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in (reference, model))
+    rng = np.random.default_rng(4)
+    for step in range(4):
+        x = paddle.to_tensor(rng.standard_normal((4, 6)).astype("float32"))
+        reference.step = layer.step = step
+        layer.seen = step  # never read by Alternating
+        for m, o in ((reference, ref_opt), (model, opt)):
+            m(x).square().mean().backward()
+            o.step()
+            o.clear_grad()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-6, atol=1e-7)
+    assert model._engine.steps == 4 and len(model._engine.compiled) == 4  # one per value of step, not of seen
+    for step in range(4, 4 + 8):
+        layer.step = step
+        model(x)
+    told = [r.getMessage() for r in ngraph_logs.records if "captured 8 times" in r.getMessage()]
+    assert len(told) == 1 and "Alternating.step" in told[0], told
+
+
 def test_uncapturable_layer_runs_eagerly_with_one_message(ngraph_logs):
     class Branchy(TwoOutputs):
         def forward(self, x):
