@@ -504,6 +504,20 @@ class LayerEngine:
             packed = packed[0]
         return packed
 
+    def _tell_sparse_embeddings(self):
+        """Says once, at the Layer's first capture, that its sparse embeddings get dense gradients
+        here: the optimizer is the user's, so nothing refuses Paddle's sparse updates that differ from
+        their dense forms (docs/dygraph.md)."""
+        import paddle
+
+        sparse = [name for name, sub in self.layer.named_sublayers(include_self=True)
+                  if isinstance(sub, paddle.nn.Embedding) and getattr(sub, "_sparse", False)]
+        if sparse:
+            log.warning("%sLayer %s: Embedding(sparse=True) (%s) gets a dense gradient on the engine, averaged "
+                        "over the ranks; Paddle's sparse SGD equals its dense SGD, but its sparse Momentum and "
+                        "Adam differ from their dense forms: use SGD, or sparse=False, for plain Paddle's "
+                        "results", self.rank_prefix(), type(self.layer).__name__, ", ".join(sparse[:4]))
+
     def _tell_attribute_captures(self, signature: tuple):
         """Says once per Layer when one signature has been captured for many values of the watched
         attributes: each new value costs a capture (a counter read by the forward, changed at every
@@ -532,6 +546,8 @@ class LayerEngine:
                         [list(shape) for shape, _, _ in key[2]])
             return None
         self.compiled[key] = compiled
+        if len(self.compiled) == 1:
+            self._tell_sparse_embeddings()
         if compiled.segmented:
             self.function = next((r.function for r in compiled.runners if hasattr(r, "function")), None)
             where = compiled.summary()

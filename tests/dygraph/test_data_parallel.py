@@ -215,6 +215,23 @@ def test_plain_attributes_the_forward_reads_key_the_captures(ngraph_logs):
     assert len(told) == 1 and "Alternating.step" in told[0], told
 
 
+def test_a_sparse_embedding_is_told_to_get_a_dense_gradient(ngraph_logs):
+    """Paddle's sparse Momentum and Adam differ from their dense forms, and the optimizer is the
+    user's: the first capture says so once (with SGD the training equals plain Paddle's)."""
+    reference, model = pair(lambda: nn.Sequential(nn.Embedding(20, 4, sparse=True), nn.Flatten(), nn.Linear(12, 2)))
+    ids = paddle.to_tensor(np.array([[1, 5, 7], [2, 5, 9]], np.int64))
+    ref_opt, opt = (paddle.optimizer.SGD(0.1, parameters=m.parameters()) for m in (reference, model))
+    for _ in range(2):
+        for m, o in ((reference, ref_opt), (model, opt)):
+            m(ids).square().mean().backward()
+            o.step()
+            o.clear_grad()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-6, atol=1e-7)
+    told = [r.getMessage() for r in ngraph_logs.records if "Embedding(sparse=True)" in r.getMessage()]
+    assert len(told) == 1 and "sparse Momentum and Adam differ" in told[0], told
+
+
 def test_uncapturable_layer_runs_eagerly_with_one_message(ngraph_logs):
     class Branchy(TwoOutputs):
         def forward(self, x):
