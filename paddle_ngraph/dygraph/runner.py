@@ -30,6 +30,7 @@ until backward, and are copied only if the same forward runs again first.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 
@@ -344,6 +345,29 @@ class LayerEngine:
         self.function = None
         self._executor = None
         register_engine(self)
+        # Bounds the wait of every gradient collective (timeout_s) and names the missing ranks, as for
+        # static programs (distributed/watchdog.py): made here, where every rank makes the wrapper.
+        self.watchdog = None
+        self._watchdog_steps = 0
+        if self.dp_transport is not None and transport.stall_watchdog:
+            from ..distributed.watchdog import watchdog_for
+
+            self.watchdog = watchdog_for(transport, config.timeout_s)
+
+    @contextlib.contextmanager
+    def _bounded(self, phase: str):
+        """The stall watchdog's step around a backward's collectives (the watchdog, or None)."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            yield None
+            return
+        self._watchdog_steps += 1
+        watchdog.enter_step(self.id, self._watchdog_steps)
+        watchdog.set_phase(phase)
+        try:
+            yield watchdog
+        finally:
+            watchdog.leave_step()
 
     def rank_prefix(self) -> str:
         return f"rank {self.transport.rank}: " if self.transport.size > 1 else ""
@@ -656,7 +680,10 @@ class LayerEngine:
         if self._eager_armed:  # several outputs or forwards, one backward: one average
             return
         self._eager_armed = True
-        if agree_first and not agree(self.dp_transport, EAGER_AGREEMENT_KEY, name="dygraph_agreement")[0]:
+        if agree_first:
+            with self._bounded("gradient agreement"):
+                agreed = agree(self.dp_transport, EAGER_AGREEMENT_KEY, name="dygraph_agreement")[0]
+        if agree_first and not agreed:
             if not self._eager_disagreement_said:
                 self._eager_disagreement_said = True
                 log.warning("%sLayer %s runs eagerly here while another rank runs it on the engine at this step; "
@@ -665,7 +692,8 @@ class LayerEngine:
 
         def after_backward():
             self._eager_armed = False
-            self._allreduce_eager_grads([p for p in self.layer.parameters() if not p.stop_gradient])
+            with self._bounded("gradient average"):
+                self._allreduce_eager_grads([p for p in self.layer.parameters() if not p.stop_gradient])
 
         core.eager._add_backward_final_hook(after_backward)
 
@@ -742,6 +770,12 @@ class LayerEngine:
         return values, record
 
     def run_backward(self, record: _Saved, output_grads, num_args: int) -> list:
+        if not record.sync:
+            return self._run_backward(record, output_grads, num_args, None)
+        with self._bounded("gradient agreement") as watchdog:
+            return self._run_backward(record, output_grads, num_args, watchdog)
+
+    def _run_backward(self, record: _Saved, output_grads, num_args: int, watchdog) -> list:
         compiled = record.compiled
         if compiled.segmented:
             return self._run_segmented_backward(record, output_grads, num_args)
@@ -759,7 +793,11 @@ class LayerEngine:
             executable = compiled.backward_local
         inputs = compiled.arrays(compiled.backward_inputs, record.args, seeds, record.saved)
         synchronizing = executable is compiled.backward_sync
+        if watchdog is not None:
+            watchdog.start_collectives(executable.collective_progress if synchronizing else lambda: ([], 0, 0))
         outputs = executable.call(inputs, self.transport if synchronizing else self.local_transport)
+        if watchdog is not None:
+            watchdog.set_phase("gradient average")  # no_sync's sums, or a rank-dependent step's average
         record.done = True
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:
@@ -817,8 +855,13 @@ class LayerEngine:
         rank_dependent = sync and not self._ranks_agree(compiled, record.args)
         pending_local = sync and self.unsynced and not rank_dependent
         transport = self.dp_transport if sync and not pending_local and not rank_dependent else None
+        if self.watchdog is not None and sync:
+            # The pieces' compute may outlast timeout_s: only the waits around them are bounded.
+            self.watchdog.start_collectives(lambda: ([], 0, 0))
         grads, input_grads, averaged = compiled.backward(record.args, self.param_views(), record.saved, seeds,
                                                          transport)
+        if self.watchdog is not None and sync:
+            self.watchdog.set_phase("gradient average")
         record.done = True
         record.saved = record.tensors = record.args = None
         if compiled.pending is record:

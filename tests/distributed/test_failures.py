@@ -348,6 +348,43 @@ def test_a_frozen_rank_stops_every_rank_naming_it_under_mpirun(backend, nranks):
     assert not _left_after(STALLING_RANKS, 15)
 
 
+def train_dygraph_with_rank_1_sleeping(timeout_s):
+    """On every rank: a Layer on the engine; rank 1 sleeps before step 3 while the others wait for it
+    in the backward's gradient AllReduce. They must stop within about ``timeout_s``."""
+    import numpy as np
+    import paddle
+
+    import paddle_ngraph
+
+    model = paddle_ngraph.DataParallel(paddle.nn.Sequential(paddle.nn.Linear(6, 8), paddle.nn.ReLU(),
+                                                            paddle.nn.Linear(8, 2)), timeout_s=float(timeout_s))
+    opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
+    rank = paddle.distributed.get_rank()
+    for step in range(6):
+        if step == 3 and rank == 1:
+            print("[rank 1] sleep before step 3", flush=True)
+            time.sleep(600)
+        model(paddle.to_tensor(np.ones((4, 6), np.float32))).square().mean().backward()
+        opt.step()
+        opt.clear_grad()
+        print(f"[rank {rank}] step {step} done", flush=True)
+    print(f"[rank {rank}] finished without noticing the stall", flush=True)
+
+
+def test_a_rank_that_stays_away_from_a_dygraph_backward_is_named_under_mpirun():
+    """The stall watchdog bounds a dygraph Layer's gradient AllReduce too (timeout_s had no effect
+    there: rank 0 waited as long as rank 1 slept)."""
+    start = time.monotonic()
+    proc = run_ranks(train_dygraph_with_rank_1_sleeping, 2, STALL_TIMEOUT_S, timeout=120, check=False)
+    assert time.monotonic() - start < 60
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    match = re.search(r"\[rank 0\] paddle_ngraph: aborting the job: stall: .*", output)
+    assert match, output[-4000:]
+    assert f"timeout_s {STALL_TIMEOUT_S}" in match.group(0) and "missing: rank 1" in match.group(0), match.group(0)
+    assert "finished without noticing" not in output
+
+
 def test_a_rank_that_stays_away_is_named_alive_under_mpirun():
     proc = run_ranks(train_with_rank_1_stalling, 2, "sleep", "CPU", STALL_TIMEOUT_S, timeout=120, check=False)
     assert proc.returncode != 0
