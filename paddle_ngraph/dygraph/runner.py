@@ -36,7 +36,7 @@ import logging
 
 import numpy as np
 
-from ..errors import ConfigError, ConversionError
+from ..errors import ConfigError, ConversionError, ExecutionError
 from ..frontend.dygraph import (GRAD_PREFIX, OUT_PREFIX, SEED_PREFIX, XGRAD_PREFIX, Capture, CaptureError,
                                 RefusedCaptureError, capture, trace, watched_attributes)
 from ..ir.roles import Role, written_back
@@ -288,6 +288,14 @@ def _engine_call_class():
 
         @staticmethod
         def backward(ctx, *output_grads):
+            import paddle
+
+            if paddle.is_grad_enabled():  # paddle.grad(..., create_graph=True): Paddle records this backward
+                raise ExecutionError(
+                    f"Layer {type(ctx.engine.layer).__name__}: paddle.grad(..., create_graph=True) through a Layer on "
+                    f"the engine: its backward runs on the engine and leaves no graph to differentiate again (a "
+                    f"gradient penalty would get no gradient). Compute higher-order gradients with the Layer in "
+                    f"plain Paddle (paddle.DataParallel)")
             return tuple(ctx.engine.run_backward(ctx.record, output_grads, ctx.num_args))
 
     return _EngineCall

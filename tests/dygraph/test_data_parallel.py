@@ -232,6 +232,20 @@ def test_a_sparse_embedding_is_told_to_get_a_dense_gradient(ngraph_logs):
     assert len(told) == 1 and "sparse Momentum and Adam differ" in told[0], told
 
 
+def test_higher_order_gradients_are_refused_with_a_message():
+    """The engine's backward builds no graph: paddle.grad(create_graph=True) then backward through
+    it (a gradient penalty) gave the parameters no gradient, silently. It is refused, naming why."""
+    _, model = pair(TwoOutputs)
+    x = paddle.to_tensor(np.random.default_rng(5).standard_normal((4, 6)).astype("float32"), stop_gradient=False)
+    with pytest.raises(Exception, match=r"TwoOutputs: paddle.grad\(..., create_graph=True\)"):
+        paddle.grad(model(x)["logits"].sum(), [x], create_graph=True)
+    # Without create_graph, the same gradient is the engine's, as Paddle's.
+    reference, _ = pair(TwoOutputs)
+    expected, = paddle.grad(reference(x)["logits"].sum(), [x])
+    got, = paddle.grad(model(x)["logits"].sum(), [x] + [p for p in model.parameters()])[:1]
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_uncapturable_layer_runs_eagerly_with_one_message(ngraph_logs):
     class Branchy(TwoOutputs):
         def forward(self, x):
