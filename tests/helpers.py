@@ -55,3 +55,10 @@ def op_types_with_gradients(build, feeds: dict, ir: str) -> set:
                 total = total + s
             paddle.static.gradients([total], [v for n, v in xs.items() if not v.stop_gradient])
         return _types(main, ir)
+
+
+def parameter_names(main) -> list[str]:
+    """The parameters of a static program, either IR, sorted by name."""
+    if paddle.framework.in_pir_mode():
+        return sorted(op.attrs()["parameter_name"] for op in main.global_block().ops if op.name() == "builtin.parameter")
+    return sorted(p.name for p in main.all_parameters())

@@ -97,7 +97,8 @@ def amp_config(strategy) -> dict:
                           f"the engine's bf16 ops are fixed (matmul, conv2d and their gradients); leave these "
                           f"lists empty")
     log.info("strategy.amp with amp_configs['use_pure_bf16']: precision bf16 (O1: matmul and conv inputs rounded "
-             "to bf16, float32 accumulation; parameters, optimizer state and other ops float32)")
+             "to bf16, float32 accumulation; parameters, optimizer state and other ops float32; the CPU backend "
+             "runs it in float32 until it has bf16 kernels, and says so)")
     return {"precision": "bf16"}
 
 

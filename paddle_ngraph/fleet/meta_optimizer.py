@@ -103,16 +103,32 @@ class NgraphOptimizer(MetaOptimizerBase):
         apply_log_level(config.log_level)
         refuse_transpiled(loss.block.program)
         inner = features.inner_optimizer(self.inner_opt, strategy)  # lars, lamb: as Paddle's meta optimizers
+        checkpoints = _checkpoint_values(loss.block.program, config.recompute_checkpoints)
         with paddle_minimize_warnings_ignored():  # Paddle's own, on every PIR minimize (quiet.py)
             optimize_ops, params_grads = inner.minimize(loss, startup_program, parameter_list, no_grad_set)
         info = detect_launcher()
         self.transport = make_transport(config.transport, timeout_s=config.timeout_s, info=info)
         self.program = loss.block.program
-        transpile(self.program, config, nranks=info.size, transport=self.transport)
+        transpile(self.program, config, nranks=info.size, transport=self.transport, recompute_checkpoints=checkpoints)
         log.info("rank %d/%d: program transpiled for the %s backend over the %s transport, zero_stage %d, "
                  "compress %s", self.transport.rank, self.transport.size, config.backend, self.transport.name,
                  config.zero_stage, config.compress)
         return optimize_ops, params_grads
+
+
+def _checkpoint_values(program, names):
+    """``recompute_configs['checkpoints']`` of a PIR program as its Values, read before ``minimize``:
+    a PIR value's name here is its op's position ('%<op index>.<output>', which a user can only read
+    from the forward program), and minimize inserts ops before the forward's. Legacy names are the
+    variables' own: kept as they are. None without checkpoints (the config's value stands)."""
+    if not names:
+        return None
+    from ..frontend import decode
+
+    view = decode(program)
+    if view.ir != "pir":
+        return None
+    return [view.values.get(name, name) for name in names]
 
 
 def refuse_transpiled(program) -> None:
